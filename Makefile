@@ -1,0 +1,27 @@
+# gpen-video: every target sets itself up, so each works on a fresh machine by itself.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test bench demo clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e '.[test]'
+	touch $(STAMP)
+
+test: install
+	$(PY) -m pytest -ra
+
+bench: install
+	$(PY) benchmarks/model_throughput.py
+
+demo: install
+	$(PY) -m gpen_video.demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info

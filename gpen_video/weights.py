@@ -1,0 +1,192 @@
+"""GPEN checkpoints: the official registry, the download cache, and strict loading of any GPEN state dict."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .model.config import GPENConfig
+from .model.reference import GPEN
+
+_MODELSCOPE = ("https://www.modelscope.cn/api/v1/models/damo/cv_gpen_image-portrait-enhancement-hires/"
+               "repo?Revision=master&FilePath=")
+_VIGEN = "https://public-vigen-video.oss-cn-shanghai.aliyuncs.com/robin/models/"
+
+
+class WeightsError(RuntimeError):
+    """A checkpoint is missing, cannot be downloaded, or is not a GPEN generator. The message is one line."""
+
+
+@dataclass(frozen=True)
+class OfficialModel:
+    name: str
+    config: GPENConfig
+    url: str
+    filename: str
+    #: Size of ``torch.save`` of the state dict; the official files match it to within a few kB.
+    approx_bytes: int
+
+
+OFFICIAL_MODELS: dict[str, OfficialModel] = {
+    m.name: m
+    for m in (
+        OfficialModel("GPEN-BFR-256", GPENConfig(256, channel_multiplier=1, narrow=0.5),
+                      _VIGEN + "GPEN-BFR-256.pth", "GPEN-BFR-256.pth", 75_568_031),
+        OfficialModel("GPEN-BFR-512", GPENConfig(512, channel_multiplier=2, narrow=1.0),
+                      _VIGEN + "GPEN-BFR-512.pth", "GPEN-BFR-512.pth", 284_079_929),
+        OfficialModel("GPEN-BFR-1024", GPENConfig(1024, channel_multiplier=2, narrow=1.0),
+                      _MODELSCOPE + "pytorch_model.pt", "GPEN-BFR-1024.pt", 284_900_000),
+        OfficialModel("GPEN-BFR-2048", GPENConfig(2048, channel_multiplier=2, narrow=1.0),
+                      _MODELSCOPE + "pytorch_model-2048.pt", "GPEN-BFR-2048.pt", 285_240_000),
+    )
+}
+DEFAULT_MODEL = "GPEN-BFR-512"
+
+
+def cache_dir() -> Path:
+    """Where downloaded checkpoints live: ``$GPEN_VIDEO_HOME`` or ``~/.cache/gpen-video``."""
+    return Path(os.environ.get("GPEN_VIDEO_HOME") or Path.home() / ".cache" / "gpen-video")
+
+
+# ---- download -------------------------------------------------------------------------------------
+
+def download(url: str, dest: Path, expected_bytes: int | None = None, progress: bool = True) -> Path:
+    """Download ``url`` to ``dest`` atomically: a temp file beside it, renamed only once complete.
+
+    A failed or short transfer leaves nothing at ``dest`` and no temp file behind.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+            total = int(resp.headers.get("Content-Length") or 0) or expected_bytes
+            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name,
+                      disable=not progress, leave=False) as bar:
+                received = 0
+                while chunk := resp.read(1 << 20):
+                    out.write(chunk)
+                    received += len(chunk)
+                    bar.update(len(chunk))
+        declared = int(resp.headers.get("Content-Length") or 0)
+        if declared and received != declared:
+            raise WeightsError(f"download of {url} was cut short: {received} of {declared} bytes")
+        os.replace(tmp, dest)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise WeightsError(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def fetch(model: OfficialModel, progress: bool = True) -> Path:
+    """The cached checkpoint of an official model, downloaded on first use."""
+    path = cache_dir() / model.filename
+    if path.is_file():
+        return path
+    try:
+        return download(model.url, path, model.approx_bytes, progress)
+    except WeightsError as exc:
+        raise WeightsError(
+            f"{model.name} weights are not in the cache and could not be downloaded ({exc}). "
+            f"Download {model.url} by hand and save it as {path}, or pass --weights PATH."
+        ) from None
+
+
+# ---- loading and validation -------------------------------------------------------------------------
+
+def _unwrap(obj: object) -> dict[str, torch.Tensor]:
+    """Accept the dict shapes checkpoints come in: bare, under ``g_ema``/``params``/``state_dict``, DDP prefixes."""
+    for key in ("g_ema", "params_ema", "params", "state_dict"):
+        if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
+            obj = obj[key]
+            break
+    if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise WeightsError("it holds no tensor state dict")
+    return {re.sub(r"^module\.", "", k): v for k, v in obj.items()}
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Load a checkpoint file to CPU without running any pickled code."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"weights file not found: {path}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return _unwrap(obj)
+    except WeightsError as exc:
+        raise WeightsError(f"{path} is not a GPEN checkpoint: {exc}") from None
+    except Exception as exc:  # torch reports truncation and non-checkpoints with many exception types
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WeightsError(f"{path} is not a readable PyTorch checkpoint (truncated or corrupt?): {reason}") from None
+
+
+def infer_config(state_dict: Mapping[str, torch.Tensor]) -> GPENConfig:
+    """Read size, width and style size of a GPEN generator from its tensor shapes."""
+    try:
+        encoder_stages = [int(m.group(1)) for k in state_dict if (m := re.match(r"ecd(\d+)\.", k))]
+        size = 2 ** (max(encoder_stages) + 2)
+        style_dim = state_dict["generator.style.1.weight"].shape[1]
+        n_mlp = len([k for k in state_dict if re.fullmatch(r"generator\.style\.\d+\.weight", k)])
+        narrow = state_dict["generator.input.input"].shape[1] / 512
+        top_channels = state_dict["ecd0.0.0.weight"].shape[0]
+    except (KeyError, ValueError, IndexError) as exc:
+        raise WeightsError(f"not a GPEN generator state dict (missing {exc})") from None
+    multiplier = 2
+    if size >= 64:  # from 64 px up the top channel count is 16384 / size * multiplier * narrow
+        multiplier = max(1, round(top_channels * size / (16384 * narrow)))
+    return GPENConfig(size, multiplier, narrow, style_dim, n_mlp)
+
+
+def expected_layout(config: GPENConfig) -> dict[str, tuple[int, ...]]:
+    """Key -> shape of the official state dict for ``config``, in official order (built without memory)."""
+    with torch.device("meta"):
+        model = GPEN(config.size, config.channel_multiplier, config.narrow, config.style_dim, config.n_mlp)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def check_layout(state_dict: Mapping[str, torch.Tensor], config: GPENConfig) -> None:
+    """Raise naming the first key that is missing, unexpected, or of the wrong shape."""
+    expected = expected_layout(config)
+    for key, shape in expected.items():
+        if key not in state_dict:
+            raise WeightsError(f"missing key {key!r} (expected shape {list(shape)})")
+        got = tuple(state_dict[key].shape)
+        if got != shape:
+            raise WeightsError(f"key {key!r} has shape {list(got)}, expected {list(shape)}")
+    extra = [k for k in state_dict if k not in expected]
+    if extra:
+        raise WeightsError(f"unexpected key {extra[0]!r}")
+
+
+def load_gpen_weights(model: str = DEFAULT_MODEL, weights: str | Path | None = None,
+                      progress: bool = True) -> tuple[dict[str, torch.Tensor], GPENConfig]:
+    """The state dict and configuration to run: ``weights`` if given (never downloads), else the official ``model``.
+
+    Every checkpoint is checked key by key against the official layout before use.
+    """
+    if weights is None:
+        if model not in OFFICIAL_MODELS:
+            raise WeightsError(f"unknown model {model!r}; choose one of {', '.join(OFFICIAL_MODELS)} or pass --weights")
+        path = fetch(OFFICIAL_MODELS[model], progress)
+    else:
+        path = Path(weights)
+    state_dict = read_state_dict(path)
+    try:
+        config = infer_config(state_dict)
+        check_layout(state_dict, config)
+    except WeightsError as exc:
+        raise WeightsError(f"{path} is not a GPEN checkpoint: {exc}") from None
+    if weights is None and config != OFFICIAL_MODELS[model].config:
+        raise WeightsError(f"{path} holds a {config} generator, not {model}; delete it to download again")
+    return state_dict, config
+

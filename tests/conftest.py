@@ -1,0 +1,38 @@
+"""Shared fixtures: the read-only reference data in ../shared, and the GPU switch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED = Path(os.environ.get("GPEN_VIDEO_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+REQUIRE_SHARED = os.environ.get("GPEN_VIDEO_REQUIRE_SHARED") == "1"
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def shared_file(relative: str) -> Path:
+    """A file from ../shared; skips when it is absent, or fails under GPEN_VIDEO_REQUIRE_SHARED=1 (CI)."""
+    path = SHARED / relative
+    if not path.exists():
+        message = f"reference data {path} is absent (set GPEN_VIDEO_SHARED to the shared/ folder)"
+        if REQUIRE_SHARED:
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def golden() -> dict:
+    """The official GPEN's output on random weights and inputs (see shared/gpen_reference/README.md)."""
+    return torch.load(shared_file("gpen_reference/golden_small.pt"), weights_only=True)
+
+
+@pytest.fixture(scope="session")
+def official_layouts() -> dict:
+    import json
+
+    return json.loads(shared_file("gpen_reference/state_dict_layout.json").read_text())["configs"]
