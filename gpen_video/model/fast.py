@@ -9,8 +9,9 @@ Built once from static weights:
 * Every equalised-learning-rate scale, learning-rate multiplier and FIR gain is folded into the
   stored weights.
 * The FIR blur around each stride-2 convolution is either folded into the convolution kernel
-  (a 6x6 kernel, exact because convolution is associative) or run as a depthwise filter; which is
-  faster depends on the GPU, so both are offered and ``make bench`` measures them.
+  (a 6x6 kernel, exact because convolution is associative, but 4x the multiply-adds of those layers)
+  or run separably as shifted sums that torch.compile fuses into the epilogue; ``make bench``
+  measures both.
 * The 1x1 RGB convolutions, which need no demodulation, use per-sample weights in one batched
   matrix product instead of rescaling a large feature map.
 * The modulation of every layer comes from one matrix product of the style.
@@ -30,8 +31,10 @@ from .config import BLUR_TAPS, MAPPING_LR_MUL, GPENConfig
 from .fir import blur_kernel
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-BLUR_MODES = ("fold", "depthwise")
+BLUR_MODES = ("fold", "separable")
 SQRT2 = math.sqrt(2.0)
+_BLUR_DOWN = blur_kernel(BLUR_TAPS)
+_BLUR_UP = blur_kernel(BLUR_TAPS, gain=4.0)  # after zero insertion, the filter restores the mean
 
 
 def _lrelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -59,7 +62,7 @@ class FastGPEN(nn.Module):
     """GPEN inference with static, pre-folded weights. Input and output as :class:`GPEN`."""
 
     def __init__(self, state_dict: Mapping[str, torch.Tensor], config: GPENConfig,
-                 dtype: torch.dtype = torch.float32, blur: str = "fold") -> None:
+                 dtype: torch.dtype = torch.float32, blur: str = "separable") -> None:
         super().__init__()
         if blur not in BLUR_MODES:
             raise ValueError(f"blur must be one of {BLUR_MODES}, got {blur!r}")
@@ -67,8 +70,6 @@ class FastGPEN(nn.Module):
         self.dtype = dtype
         self.blur = blur
         sd = {k: v.detach().float().cpu() for k, v in state_dict.items()}
-        self._blur_down = blur_kernel(BLUR_TAPS)
-        self._blur_up = blur_kernel(BLUR_TAPS, gain=4.0)
 
         self.encoder = nn.ModuleList(self._encoder_stage(sd, i) for i in range(config.log_size - 1))
         fl = "final_linear.0"
@@ -96,7 +97,7 @@ class FastGPEN(nn.Module):
         self.modulation = _Params(weight=torch.cat([sd[f"{m}.weight"] for m in mods]) / math.sqrt(style_dim),
                                   bias=torch.cat([sd[f"{m}.bias"] for m in mods]))
         self._mod_sizes = [sd[f"{m}.bias"].shape[0] for m in mods]
-        self.skip_up = _Params(kernel=self._blur_up.expand(3, 1, 4, 4).contiguous())  # RGB stays fp32
+        self.skip_up = _Params(kernel=_BLUR_UP.expand(3, 1, 4, 4).contiguous())  # RGB stays fp32
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -118,7 +119,7 @@ class FastGPEN(nn.Module):
         w = sd[f"ecd{i}.0.1.weight"]
         w = w / math.sqrt(w[0].numel())
         if self.blur == "fold":
-            w = _full_conv(w, self._blur_down)
+            w = _full_conv(w, _BLUR_DOWN)
         return _Params(weight=self._conv_weight(w), bias=sd[f"ecd{i}.0.2.bias"].view(1, -1, 1, 1))
 
     def _styled_conv(self, sd: dict[str, torch.Tensor], prefix: str, upsample: bool) -> _Params:
@@ -127,7 +128,7 @@ class FastGPEN(nn.Module):
         demod = w.pow(2).sum(dim=(2, 3))  # (out, in): demodulation is s^2 @ demod.T
         if upsample:
             if self.blur == "fold":
-                w = _full_conv(w, self._blur_up)
+                w = _full_conv(w, _BLUR_UP)
             w = w.transpose(0, 1)  # conv_transpose2d takes (in, out, k, k)
         return _Params(weight=self._conv_weight(w), demod=demod.t().contiguous(),
                        noise_weight=sd[f"{prefix}.noise.weight"],
@@ -139,10 +140,15 @@ class FastGPEN(nn.Module):
 
     # ---- forward ------------------------------------------------------------------------------
 
-    def _depthwise_blur(self, x: torch.Tensor, kernel: torch.Tensor, pad: int) -> torch.Tensor:
-        c = x.shape[1]
-        k = kernel.to(x).expand(c, 1, 4, 4)
-        return F.conv2d(x, k, padding=pad, groups=c)
+    @staticmethod
+    def _separable_blur(x: torch.Tensor, pad: int, gain: float) -> torch.Tensor:
+        """The [1, 3, 3, 1] FIR as shifted sums along each axis: elementwise work that torch.compile fuses
+        into the neighbouring epilogue (cuDNN's depthwise convolution is several times slower)."""
+        taps = [t / 8 * math.sqrt(gain) for t in BLUR_TAPS]
+        x = F.pad(x, (pad, pad, pad, pad))
+        h, w = x.shape[2] - 3, x.shape[3] - 3
+        x = sum(t * x[:, :, :, i : i + w] for i, t in enumerate(taps))
+        return sum(t * x[:, :, i : i + h, :] for i, t in enumerate(taps))
 
     def _encode(self, x: torch.Tensor) -> list[torch.Tensor]:
         features = []
@@ -152,7 +158,7 @@ class FastGPEN(nn.Module):
             elif self.blur == "fold":
                 x = F.conv2d(x, stage.weight, stride=2, padding=2)
             else:
-                x = F.conv2d(self._depthwise_blur(x, self._blur_down, 2), stage.weight, stride=2)
+                x = F.conv2d(self._separable_blur(x.float(), 2, 1.0).to(self.dtype), stage.weight, stride=2)
             x = _lrelu(x.float(), stage.bias).to(self.dtype)
             features.append(x)
         return features
@@ -166,7 +172,7 @@ class FastGPEN(nn.Module):
         elif self.blur == "fold":
             out = F.conv_transpose2d(x, layer.weight, stride=2, padding=2)
         else:
-            out = self._depthwise_blur(F.conv_transpose2d(x, layer.weight, stride=2), self._blur_up, 1)
+            out = self._separable_blur(F.conv_transpose2d(x, layer.weight, stride=2).float(), 1, 4.0)
         # The epilogue runs in fp32 and rounds once: in fp16/bf16 each extra rounding costs accuracy.
         out = out.float() * demod[:, :, None, None]
         out = torch.cat((out, noise.float() * layer.noise_weight), dim=1)
@@ -188,23 +194,24 @@ class FastGPEN(nn.Module):
         w = style * torch.rsqrt(style.square().mean(dim=1, keepdim=True) + 1e-8)
         for layer in self.mapping:
             w = _lrelu(w @ layer.weight.t(), layer.bias)
-        styles = iter(torch.split(torch.addmm(self.modulation.bias, w, self.modulation.weight.t()),
-                                  self._mod_sizes, dim=1))
+        # Per level: the upsampling conv, the plain conv, the RGB conv (see _modulated_prefixes).
+        styles = torch.split(torch.addmm(self.modulation.bias, w, self.modulation.weight.t()), self._mod_sizes, dim=1)
         noises = features[::-1]
 
         out = self.const.value.expand(x.shape[0], -1, -1, -1)
-        out = self._styled(self.convs[0], out, next(styles), noises[0], upsample=False)
-        skip = self._to_rgb_out(self.to_rgbs[0], out, next(styles))
+        out = self._styled(self.convs[0], out, styles[0], noises[0], upsample=False)
+        skip = self._to_rgb_out(self.to_rgbs[0], out, styles[1])
         for i in range(1, len(noises)):
-            out = self._styled(self.convs[2 * i - 1], out, next(styles), noises[i], upsample=True)
-            out = self._styled(self.convs[2 * i], out, next(styles), noises[i], upsample=False)
-            rgb = self._to_rgb_out(self.to_rgbs[i], out, next(styles))
+            s_up, s_conv, s_rgb = styles[3 * i - 1 : 3 * i + 2]
+            out = self._styled(self.convs[2 * i - 1], out, s_up, noises[i], upsample=True)
+            out = self._styled(self.convs[2 * i], out, s_conv, noises[i], upsample=False)
+            rgb = self._to_rgb_out(self.to_rgbs[i], out, s_rgb)
             skip = rgb + F.conv_transpose2d(skip, self.skip_up.kernel, stride=2, padding=1, groups=3)
         return skip
 
 
 def build_inference_model(state_dict: Mapping[str, torch.Tensor], device: str | torch.device = "cpu",
-                          precision: str = "fp32", blur: str = "fold",
+                          precision: str = "fp32", blur: str = "separable",
                           config: GPENConfig | None = None) -> FastGPEN:
     """Build the fast GPEN from an official-layout state dict, ready for ``torch.no_grad()`` inference.
 
