@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import tempfile
@@ -81,7 +82,7 @@ def download(url: str, dest: Path, expected_bytes: int | None = None, progress: 
         if declared and received != declared:
             raise WeightsError(f"download of {url} was cut short: {received} of {declared} bytes")
         os.replace(tmp, dest)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         raise WeightsError(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from exc
     finally:
         tmp.unlink(missing_ok=True)
