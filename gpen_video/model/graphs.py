@@ -1,0 +1,45 @@
+"""CUDA-graph replay of a model for fixed batch shapes: one launch instead of hundreds per batch.
+
+A GPU worker thread that launches every kernel from Python holds the GIL for most of the batch and
+starves the decoder and encoder threads (see PERFORMANCE_NOTES in the reference data); replaying a
+captured graph leaves the GIL free while the GPU works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+class GraphedModel:
+    """Calls ``model`` through one captured CUDA graph per input shape (captured on first use)."""
+
+    def __init__(self, model: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.model = model
+        self._graphs: dict[tuple[int, ...], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self._pool = None
+
+    def _capture(self, x: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+        static_in = x.clone()
+        side = torch.cuda.Stream(x.device)
+        side.wait_stream(torch.cuda.current_stream(x.device))
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(2):  # warm-up selects kernels and allocates workspaces outside the capture
+                self.model(static_in)
+        torch.cuda.current_stream(x.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
+            static_out = self.model(static_in)
+        self._pool = graph.pool()  # graphs of different batch sizes share one memory pool
+        return graph, static_in, static_out
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's output for ``x``, in a fresh tensor (the graph's own output is overwritten next call)."""
+        key = tuple(x.shape)
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(x)
+        graph, static_in, static_out = self._graphs[key]
+        static_in.copy_(x)
+        graph.replay()
+        return static_out.clone()
