@@ -36,3 +36,18 @@ def official_layouts() -> dict:
     import json
 
     return json.loads(shared_file("gpen_reference/state_dict_layout.json").read_text())["configs"]
+
+
+@pytest.fixture(scope="session")
+def detector():
+    """The real RetinaFace (MobileNet-0.25) from the reference data, on the CPU."""
+    from gpen_video.faces.detect import FaceDetector
+
+    return FaceDetector("retinaface-mobile", weights=shared_file("weights/retinaface_mobilenet0.25.pth"))
+
+
+def read_rgb(relative: str):
+    """A photo from ../shared/media/images as upright RGB uint8 (OpenCV applies EXIF orientation)."""
+    import cv2
+
+    return cv2.cvtColor(cv2.imread(str(shared_file(f"media/images/{relative}")), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)

@@ -1,0 +1,138 @@
+"""Face detection: facexlib's RetinaFace network, batched over frames, with GPU pre- and post-processing."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torchvision
+
+from ..weights import WeightsError, cache_dir, download
+
+#: Detector name -> (facexlib network name, official facexlib download URL).
+DETECTORS = {
+    "retinaface-r50": ("resnet50",
+                       "https://github.com/xinntao/facexlib/releases/download/v0.1.0/detection_Resnet50_Final.pth"),
+    "retinaface-mobile": ("mobile0.25",
+                          "https://github.com/xinntao/facexlib/releases/download/v0.1.0/"
+                          "detection_mobilenet0.25_Final.pth"),
+}
+DEFAULT_DETECTOR = "retinaface-r50"
+_BGR_MEAN = (104.0, 117.0, 123.0)  # RetinaFace was trained on mean-subtracted BGR
+
+
+@dataclass
+class Face:
+    """One detected face, in pixels of the upright frame."""
+
+    box: np.ndarray  # (4,) x0, y0, x1, y1
+    score: float
+    landmarks: np.ndarray  # (5, 2): left eye, right eye, nose, left and right mouth corners
+
+    @property
+    def size(self) -> float:
+        """The shorter side of the box: what the official code compares with 100 px."""
+        return float(min(self.box[2] - self.box[0], self.box[3] - self.box[1]))
+
+
+def detector_weights(name: str, path: str | Path | None = None, progress: bool = True) -> Path:
+    """The detector checkpoint: ``path`` if given (never downloads), else the cached official file."""
+    if name not in DETECTORS:
+        raise WeightsError(f"unknown detector {name!r}; choose one of {', '.join(DETECTORS)}")
+    if path is not None:
+        if not Path(path).is_file():
+            raise WeightsError(f"detector weights not found: {path}")
+        return Path(path)
+    url = DETECTORS[name][1]
+    dest = cache_dir() / url.rsplit("/", 1)[1]
+    if dest.is_file():
+        return dest
+    try:
+        return download(url, dest, progress=progress)
+    except WeightsError as exc:
+        raise WeightsError(f"{name} weights are not in the cache and could not be downloaded ({exc}). "
+                           f"Download {url} by hand and save it as {dest}, or pass --detector-weights PATH.") from None
+
+
+class FaceDetector:
+    """RetinaFace over batches of RGB frames.
+
+    Frames whose long side exceeds ``downscale_above`` are detected at ``detect_long_side`` (the
+    official GPEN detects frames over 1500 px at 1000 px), and coordinates are mapped back.
+    """
+
+    def __init__(self, name: str = DEFAULT_DETECTOR, weights: str | Path | None = None,
+                 device: str | torch.device = "cpu", half: bool = False, threshold: float = 0.9,
+                 nms_threshold: float = 0.4, min_size: float = 0.0, max_faces: int | None = None,
+                 detect_long_side: int = 1000, downscale_above: int = 1500, progress: bool = True) -> None:
+        from facexlib.detection.retinaface import RetinaFace
+
+        path = detector_weights(name, weights, progress)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise WeightsError(f"{path} is not a readable detector checkpoint: {exc}") from None
+        state = {k.removeprefix("module."): v for k, v in state.items()}
+        self.device = torch.device(device)
+        with warnings.catch_warnings():  # facexlib passes torchvision's deprecated `pretrained=False`
+            warnings.simplefilter("ignore")
+            net = RetinaFace(network_name=DETECTORS[name][0], device=torch.device("cpu"))
+        try:
+            net.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise WeightsError(f"{path} does not fit {name}: {str(exc).splitlines()[0]}") from None
+        self.dtype = torch.float16 if half else torch.float32
+        self.net = net.to(self.device, self.dtype).eval().requires_grad_(False)
+        self.cfg = net.cfg
+        self.threshold = threshold
+        self.nms_threshold = nms_threshold
+        self.min_size = min_size
+        self.max_faces = max_faces
+        self.detect_long_side = detect_long_side
+        self.downscale_above = downscale_above
+        self._priors: dict[tuple[int, int], torch.Tensor] = {}
+        self._mean = torch.tensor(_BGR_MEAN[::-1], device=self.device).view(1, 3, 1, 1)  # in RGB order
+
+    def _priors_for(self, h: int, w: int) -> torch.Tensor:
+        if (h, w) not in self._priors:
+            from facexlib.detection.retinaface_utils import PriorBox
+
+            self._priors[(h, w)] = PriorBox(self.cfg, image_size=(h, w)).forward().to(self.device)
+        return self._priors[(h, w)]
+
+    @torch.no_grad()
+    def detect(self, frames: torch.Tensor | np.ndarray) -> list[list[Face]]:
+        """Faces in each of ``frames``: uint8 RGB, (N, H, W, 3), on any device. Best score first."""
+        from facexlib.detection.retinaface_utils import batched_decode, batched_decode_landm
+
+        x = torch.as_tensor(frames).to(self.device)
+        n, h, w, _ = x.shape
+        x = x.permute(0, 3, 1, 2).float() - self._mean
+        if max(h, w) > self.downscale_above:
+            scale = self.detect_long_side / max(h, w)
+            x = F.interpolate(x, size=(round(h * scale), round(w * scale)), mode="bilinear", align_corners=False)
+        x = x.flip(1).to(self.dtype)  # RGB -> BGR
+        loc, conf, landm = self.net(x)
+        priors = self._priors_for(x.shape[2], x.shape[3])[None]
+        # Decoded coordinates are fractions of the image: scaling by the original size maps them back.
+        size = torch.tensor([w, h], device=self.device, dtype=torch.float32)
+        boxes = batched_decode(loc.float(), priors, self.cfg["variance"]) * size.repeat(2)
+        points = batched_decode_landm(landm.float(), priors, self.cfg["variance"]) * size.repeat(5)
+        scores = conf[:, :, 1].float()
+
+        keep = scores > self.threshold
+        frame_of = torch.arange(n, device=self.device)[:, None].expand_as(scores)[keep]
+        boxes, points, scores = boxes[keep], points[keep], scores[keep]
+        kept = torchvision.ops.batched_nms(boxes, scores, frame_of, self.nms_threshold)  # sorted by score
+        boxes, points, scores, frame_of = (t[kept].cpu().numpy() for t in (boxes, points, scores, frame_of))
+
+        faces: list[list[Face]] = [[] for _ in range(n)]
+        for box, pts, score, f in zip(boxes, points, scores, frame_of):
+            face = Face(box.astype(np.float64), float(score), pts.reshape(5, 2).astype(np.float64))
+            if face.size >= self.min_size and (self.max_faces is None or len(faces[f]) < self.max_faces):
+                faces[f].append(face)
+        return faces

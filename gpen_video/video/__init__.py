@@ -1,0 +1,1 @@
+"""Reading and writing video through FFmpeg's libraries (PyAV)."""
