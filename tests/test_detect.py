@@ -1,0 +1,104 @@
+"""Detection with the real RetinaFace on real photos and videos."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from gpen_video.faces.detect import FaceDetector
+from gpen_video.video.decode import read_frames
+from gpen_video.weights import WeightsError
+
+from .conftest import read_rgb, shared_file
+
+
+def _upright(face) -> bool:
+    """Eyes side by side above the nose, nose above the mouth: the face is the right way up."""
+    (lx, ly), (rx, ry), (_, ny), (_, my1), (_, my2) = face.landmarks
+    return lx < rx and max(ly, ry) < ny < min(my1, my2) and abs(ly - ry) < (rx - lx)
+
+
+def test_solvay_1927_finds_at_least_25_faces(detector):
+    faces = detector.detect(read_rgb("whole_Solvay_conference_1927.png")[None])[0]
+    assert len(faces) >= 25
+    assert all(f.landmarks.shape == (5, 2) and f.score > 0.9 for f in faces)
+
+
+def test_two_people_finds_exactly_two_upright_faces(detector):
+    faces = detector.detect(read_rgb("whole_two_people.jpg")[None])[0]
+    assert len(faces) == 2
+    assert all(_upright(f) for f in faces)
+    assert faces[0].score >= faces[1].score
+
+
+def test_batched_detection_equals_single_images(detector):
+    a = read_rgb("whole_two_people.jpg")
+    b = np.ascontiguousarray(a[:, ::-1])  # a mirrored copy: same size, different faces
+    together = detector.detect(np.stack([a, b]))
+    for image, faces in zip((a, b), together):
+        alone = detector.detect(image[None])[0]
+        assert len(alone) == len(faces)
+        for f, g in zip(alone, faces):
+            np.testing.assert_allclose(f.landmarks, g.landmarks, atol=1e-3)
+
+
+def test_large_frames_are_detected_downscaled_and_mapped_back(detector):
+    small = read_rgb("whole_two_people.jpg")  # 1126 px wide: detected at full size
+    large = cv2.resize(small, None, fx=2, fy=2, interpolation=cv2.INTER_CUBIC)  # 2252 px: detected at 1000
+    faces_small = detector.detect(small[None])[0]
+    faces_large = detector.detect(large[None])[0]
+    assert len(faces_small) == len(faces_large) == 2
+    for f, g in zip(faces_small, faces_large):
+        eye_distance = np.linalg.norm(f.landmarks[1] - f.landmarks[0])
+        assert np.abs(g.landmarks / 2 - f.landmarks).max() < 0.15 * eye_distance
+
+
+def test_min_size_and_max_faces(detector):
+    image = read_rgb("whole_Solvay_conference_1927.png")[None]
+    all_faces = detector.detect(image)[0]
+    detector.max_faces = 3
+    try:
+        assert len(detector.detect(image)[0]) == 3
+    finally:
+        detector.max_faces = None
+    detector.min_size = np.median([f.size for f in all_faces])
+    try:
+        big = detector.detect(image)[0]
+    finally:
+        detector.min_size = 0.0
+    assert 0 < len(big) < len(all_faces) and all(f.size >= detector.min_size for f in big) is True
+
+
+# The selfie turns away from the face after ~5 s (the camera pans over the landscape); the
+# portrait clip shows its face throughout.
+@pytest.mark.parametrize(("video", "face_visible_frames"), [("phone_selfie_rotation90_new_face_video-90.mp4", 150),
+                                                           ("phone_portrait_selfie_liveportrait_d13.mp4", None)])
+def test_phone_videos_give_upright_faces_on_every_frame(detector, video, face_visible_frames):
+    frames = list(read_frames(shared_file(f"media/videos/{video}"), limit=face_visible_frames))[::4]
+    found = []
+    for i in range(0, len(frames), 8):
+        found += detector.detect(np.stack([f.image for f in frames[i : i + 8]]))
+    # A motion-blurred frame may score under the 0.9 threshold; tracking bridges such gaps.
+    assert sum(1 for faces in found if faces) >= 0.95 * len(found)
+    assert all(_upright(faces[0]) for faces in found if faces)
+
+
+def test_rotation_tag_is_applied_to_frames(detector):
+    path = shared_file("media/videos/phone_selfie_rotation90_new_face_video-90.mp4")
+    frame = next(read_frames(path))
+    assert frame.image.shape == (480, 640, 3)  # stored 480x640 sideways, shown 640x480
+    sideways = np.ascontiguousarray(np.rot90(frame.image, k=1))  # as stored in the file
+    assert not any(_upright(f) for f in detector.detect(sideways[None])[0])
+
+
+def test_detector_weights_path_is_used_as_given(tmp_path):
+    with pytest.raises(WeightsError, match="detector weights not found"):
+        FaceDetector("retinaface-mobile", weights=tmp_path / "missing.pth")
+    wrong = tmp_path / "wrong.pth"
+    torch.save({"layer.weight": torch.zeros(2)}, wrong)
+    with pytest.raises(WeightsError, match="does not fit retinaface-mobile"):
+        FaceDetector("retinaface-mobile", weights=wrong)
+    with pytest.raises(WeightsError, match="unknown detector"):
+        FaceDetector("yolo", weights=wrong)
