@@ -1,13 +1,20 @@
-"""Decoding: frames as upright RGB arrays with their presentation times."""
+"""Decoding: upright RGB frames for the face stages, plus everything the encoder needs to leave the
+rest of the file as it was (the original YUV frame, its timestamp, the other streams' packets)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
+from av.video.reformatter import ColorRange, Colorspace
+
+
+class InputError(RuntimeError):
+    """The input cannot be read as a video (or image). The message is one line."""
 
 
 def upright(image: np.ndarray, rotation: int) -> np.ndarray:
@@ -19,19 +26,131 @@ def upright(image: np.ndarray, rotation: int) -> np.ndarray:
     return np.ascontiguousarray(np.rot90(image, k=round(rotation / 90) % 4))
 
 
+def stored(image: np.ndarray, rotation: int) -> np.ndarray:
+    """The inverse of :func:`upright`: back to the orientation the file stores."""
+    return np.ascontiguousarray(np.rot90(image, k=-round(rotation / 90) % 4))
+
+
+#: FFmpeg's AVColorSpace tags -> swscale's matrix ids (they agree except where noted).
+_SWS_MATRIX = {1: Colorspace.ITU709, 4: Colorspace.FCC, 5: Colorspace.ITU601, 6: Colorspace.ITU601,
+               7: Colorspace.SMPTE240M, 9: Colorspace.BT2020, 10: Colorspace.BT2020}
+_UNSPECIFIED = 2
+
+
+def rgb_matrix(frame: av.VideoFrame) -> tuple[int, int]:
+    """The swscale (matrix, range) that converts ``frame`` as players show it: its own tags, else
+    what they assume for untagged video (BT.709 from 720 lines up, BT.601 below; limited range)."""
+    if frame.colorspace == _UNSPECIFIED or frame.colorspace not in _SWS_MATRIX:
+        matrix = Colorspace.ITU709 if min(frame.width, frame.height) >= 720 else Colorspace.ITU601
+    else:
+        matrix = _SWS_MATRIX[frame.colorspace]
+    return int(matrix), int(frame.color_range or ColorRange.MPEG)
+
+
+def to_rgb(frame: av.VideoFrame) -> np.ndarray:
+    """Upright RGB24 of a decoded frame, converted with the frame's own matrix and range."""
+    colorspace, color_range = rgb_matrix(frame)
+    rgb = frame.reformat(format="rgb24", src_colorspace=colorspace, dst_colorspace=colorspace,
+                         src_color_range=color_range, dst_color_range=ColorRange.JPEG)
+    return upright(rgb.to_ndarray(), frame.rotation)
+
+
 @dataclass
-class DecodedFrame:
+class SourceFrame:
+    """One decoded video frame and where it sits in time."""
+
     index: int
-    time: float  # seconds, from the frame's own timestamp
+    frame: av.VideoFrame  # as decoded: the encoder keeps its samples wherever no face changed
     image: np.ndarray  # (H, W, 3) uint8 RGB, upright
 
+    @property
+    def time(self) -> float:
+        return float(self.frame.time or 0.0)
 
-def read_frames(path: str | Path, limit: int | None = None) -> Iterator[DecodedFrame]:
-    """Every video frame of the first video stream, in presentation order."""
-    with av.open(str(path)) as container:
+
+@dataclass
+class VideoInfo:
+    path: Path
+    width: int  # upright
+    height: int
+    rotation: int
+    time_base: Fraction
+    average_rate: Fraction | None
+    frames: int | None  # from the container header; may be missing or approximate
+    duration: float | None
+    pix_fmt: str
+
+    @property
+    def fps(self) -> float:
+        return float(self.average_rate) if self.average_rate else 25.0
+
+
+def open_input(path: str | Path) -> av.container.InputContainer:
+    """Open a media file, turning FFmpeg's many failure modes into one clear error."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"input not found: {path}")
+    if path.is_dir():
+        raise InputError(f"input is a directory, not a video: {path}")
+    if path.stat().st_size == 0:
+        raise InputError(f"input is an empty file: {path}")
+    try:
+        container = av.open(str(path))
+    except av.FFmpegError as exc:
+        raise InputError(f"cannot read {path} as a video: {exc.strerror or exc}") from None
+    if not container.streams.video:
+        container.close()
+        raise InputError(f"{path} has no video stream")
+    container.streams.video[0].thread_type = "AUTO"  # frame and slice threads: decoding is a CPU stage
+    return container
+
+
+def probe(path: str | Path) -> VideoInfo:
+    """Geometry and timing of the first video stream, read from its first frame.
+
+    Probing uses a container of its own: seeking the main one back would make the demuxer skip
+    packets before time zero (such as AAC priming), and they must be copied too.
+    """
+    with open_input(path) as container:
         stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        for index, frame in enumerate(container.decode(stream)):
-            if limit is not None and index >= limit:
+        try:
+            first = next(container.decode(stream))
+        except (StopIteration, av.FFmpegError) as exc:
+            raise InputError(f"{path} has no decodable video frame ({exc or 'empty stream'})") from None
+        rotation = first.rotation
+        width, height = (first.height, first.width) if round(rotation / 90) % 2 else (first.width, first.height)
+        duration = float(stream.duration * stream.time_base) if stream.duration else None
+        return VideoInfo(Path(path), width, height, rotation, stream.time_base, stream.average_rate,
+                         stream.frames or None, duration, first.format.name)
+
+
+def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
+    """Decoded video frames of the first video stream, and the packets of ``copy_streams``, in file order.
+
+    A packet that fails to decode is skipped (the decoder recovers at the next one); a frame count
+    that differs from the source's is the pipeline's business to report, not a reason to stop.
+    """
+    video = container.streams.video[0]
+    streams = [video] + [s for s in container.streams if s.index in copy_streams]
+    index = 0
+    for packet in container.demux(streams):
+        if packet.stream.index != video.index:
+            if packet.dts is not None:
+                yield packet
+            continue
+        try:
+            frames = packet.decode()
+        except av.InvalidDataError:
+            continue
+        for frame in frames:
+            yield SourceFrame(index, frame, to_rgb(frame))
+            index += 1
+
+
+def read_frames(path: str | Path, limit: int | None = None) -> Iterator[SourceFrame]:
+    """Every video frame of the first video stream, in presentation order (for tests and tools)."""
+    with open_input(path) as container:
+        for item in demux(container, set()):
+            if limit is not None and item.index >= limit:
                 break
-            yield DecodedFrame(index, float(frame.time or 0.0), upright(frame.to_ndarray(format="rgb24"), frame.rotation))
+            yield item

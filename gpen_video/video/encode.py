@@ -1,0 +1,248 @@
+"""Encoding: re-encode the video stream, copy every other stream, keep timing, colour and metadata.
+
+Samples that no face touched are copied from the decoded frame into the output frame, so they
+reach the encoder exactly as decoded (bit-identical output with a lossless codec).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import numpy as np
+from av.video.reformatter import ColorRange
+
+from .decode import SourceFrame, VideoInfo, rgb_matrix, stored
+
+log = logging.getLogger(__name__)
+
+
+class OutputError(RuntimeError):
+    """The output cannot be written as asked. The message is one line."""
+
+
+#: Container (by extension) -> video codecs it can hold, audio codecs it can hold (None: any),
+#: subtitle codecs it can hold, and the audio codec to re-encode to when a copy is impossible.
+@dataclass(frozen=True)
+class ContainerRules:
+    video: frozenset[str]
+    audio: frozenset[str] | None
+    subtitles: frozenset[str]
+    fallback_audio: str
+
+
+_MP4_AUDIO = frozenset({"aac", "mp3", "alac", "ac3", "eac3", "opus", "flac"})
+CONTAINERS = {
+    ".mp4": ContainerRules(frozenset({"h264", "hevc", "av1", "vp9"}), _MP4_AUDIO, frozenset({"mov_text"}), "aac"),
+    ".mov": ContainerRules(frozenset({"h264", "hevc", "prores", "av1"}),
+                           _MP4_AUDIO | {"pcm_s16le", "pcm_s24le", "pcm_s16be", "pcm_s24be"},
+                           frozenset({"mov_text"}), "aac"),
+    ".mkv": ContainerRules(frozenset({"h264", "hevc", "prores", "ffv1", "av1", "vp9"}), None,
+                           frozenset({"subrip", "ass", "ssa", "webvtt"}), "aac"),
+    ".webm": ContainerRules(frozenset({"vp9", "av1"}), frozenset({"opus", "vorbis"}), frozenset({"webvtt"}), "libopus"),
+}
+DEFAULT_CODEC = {".mp4": "libx264", ".mov": "libx264", ".mkv": "libx264", ".webm": "libvpx-vp9"}
+#: Visually lossless defaults per encoder family.
+DEFAULT_CRF = {"libx264": 18, "libx265": 20, "libvpx-vp9": 20, "libsvtav1": 24}
+DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hevc_nvenc": "p5", "libsvtav1": "8"}
+
+
+@dataclass
+class EncoderSettings:
+    codec: str | None = None  # None: the container's default
+    crf: int | None = None  # None: the codec's visually lossless default
+    preset: str | None = None
+    pix_fmt: str | None = None  # None: the input's, when the codec takes it
+    threads: int = 0  # 0: FFmpeg decides
+
+
+def _pick_pix_fmt(codec: av.codec.Codec, wanted: str) -> str:
+    """The input's pixel format if the codec takes it, else one of the same bit depth."""
+    formats = [f.name for f in codec.video_formats or []]
+    if not formats or wanted in formats:
+        return wanted
+    deep = any(tag in wanted for tag in ("10", "12", "16"))
+    same_depth = [f for f in formats if any(tag in f for tag in ("10", "12", "16")) == deep and f.startswith("yuv")]
+    return (same_depth or formats)[0]
+
+
+def _merge_planes(decoded: av.VideoFrame, new: av.VideoFrame, changed: np.ndarray) -> None:
+    """Copy ``decoded``'s samples into ``new`` wherever ``changed`` (full-resolution bool, stored
+    orientation) is False; a chroma sample counts as changed if any pixel it covers changed."""
+    for p_dec, p_new in zip(decoded.planes, new.planes):
+        bytes_per_sample = 2 if decoded.format.components[0].bits > 8 else 1
+        dtype = np.uint16 if bytes_per_sample == 2 else np.uint8
+        h, w = p_new.height, p_new.width
+        fy, fx = changed.shape[0] // h, changed.shape[1] // w
+        cover = changed[: h * fy, : w * fx].reshape(h, fy, w, fx).any(axis=(1, 3)) if (fy, fx) != (1, 1) else changed
+        src = np.frombuffer(p_dec, dtype).reshape(p_dec.height, -1)[:h, :w]
+        dst = np.frombuffer(memoryview(p_new), dtype).reshape(h, -1)[:, :w]
+        np.copyto(dst, src, where=~cover)
+
+
+class VideoWriter:
+    """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`."""
+
+    def __init__(self, output: Path, source: av.container.InputContainer, info: VideoInfo,
+                 settings: EncoderSettings) -> None:
+        self.output = output
+        ext = output.suffix.lower()
+        if ext not in CONTAINERS:
+            raise OutputError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(CONTAINERS)}")
+        rules = CONTAINERS[ext]
+        codec_name = settings.codec or DEFAULT_CODEC[ext]
+        try:
+            codec = av.codec.Codec(codec_name, "w")
+        except Exception:
+            raise OutputError(f"encoder {codec_name!r} is not available in this FFmpeg build") from None
+        if codec.type != "video":
+            raise OutputError(f"{codec_name!r} is not a video encoder")
+        if codec.name not in rules.video and codec.canonical_name not in rules.video:
+            raise OutputError(f"a {ext} file cannot hold {codec.canonical_name} video; "
+                              f"use one of {', '.join(sorted(rules.video))} or another extension")
+        self.info = info
+        self.tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
+        self.warnings: list[str] = []
+        try:
+            self.container = av.open(str(self.tmp), "w")
+        except (OSError, av.FFmpegError) as exc:
+            raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
+        try:
+            self._setup(source, rules, codec, settings)
+        except BaseException:
+            self.abort()
+            raise
+        self._pending: list[av.Packet] = []  # copied packets waiting for the video to catch up
+        self.frames_written = 0
+
+    def _setup(self, source: av.container.InputContainer, rules: ContainerRules, codec: av.codec.Codec,
+               settings: EncoderSettings) -> None:
+        info = self.info
+        self.container.metadata.update({k: v for k, v in source.metadata.items() if k != "encoder"})
+        src_video = source.streams.video[0]
+        rate = info.average_rate or None
+        video = self.container.add_stream(codec.name, rate=rate)
+        cc = video.codec_context
+        coded_w, coded_h = (info.height, info.width) if round(info.rotation / 90) % 2 else (info.width, info.height)
+        cc.width, cc.height = coded_w, coded_h
+        cc.pix_fmt = settings.pix_fmt or _pick_pix_fmt(codec, info.pix_fmt)
+        cc.time_base = info.time_base
+        video.time_base = info.time_base
+        src_cc = src_video.codec_context
+        cc.color_range, cc.colorspace = src_cc.color_range, src_cc.colorspace
+        cc.color_primaries, cc.color_trc = src_cc.color_primaries, src_cc.color_trc
+        if src_video.sample_aspect_ratio:
+            cc.sample_aspect_ratio = src_video.sample_aspect_ratio
+        if settings.threads:
+            cc.thread_count = settings.threads
+        options = {}
+        crf = settings.crf if settings.crf is not None else DEFAULT_CRF.get(codec.name)
+        if crf is not None:
+            options["crf"] = str(crf)
+            if codec.name == "libvpx-vp9":
+                options["b"] = "0"
+        preset = settings.preset or DEFAULT_PRESET.get(codec.name)
+        if preset is not None:
+            options["preset"] = preset
+        cc.options = options
+        video.metadata.update(src_video.metadata)
+        if info.rotation:
+            video.set_display_rotation(info.rotation)
+        self.video = video
+
+        self.copies: dict[int, av.stream.Stream] = {}
+        for stream in source.streams:
+            if stream.index == src_video.index or stream.type not in ("audio", "subtitle"):
+                continue
+            name = stream.codec_context.name
+            allowed = rules.audio if stream.type == "audio" else rules.subtitles
+            if allowed is None or name in allowed:
+                out = self.container.add_stream_from_template(stream)
+                out.metadata.update(stream.metadata)
+                self.copies[stream.index] = out
+            else:
+                self._warn(f"{stream.type} stream #{stream.index} ({name}) cannot be copied into "
+                           f"{self.output.suffix}; it is left out")
+        try:
+            self.container.start_encoding()
+        except av.FFmpegError as exc:
+            raise OutputError(f"cannot start encoding {self.output.name} with {codec.name}: "
+                              f"{exc.strerror or exc}") from None
+
+    def _warn(self, message: str) -> None:
+        log.warning(message)
+        self.warnings.append(message)
+
+    @property
+    def copied_streams(self) -> set[int]:
+        return set(self.copies)
+
+    def write_packet(self, packet: av.Packet) -> None:
+        """Queue a packet of a copied stream; it is muxed once the video has reached its time."""
+        self._pending.append(packet)
+
+    def _mux_pending(self, until: float | None) -> None:
+        keep = []
+        for packet in self._pending:
+            t = float(packet.dts * packet.time_base)
+            if until is None or t <= until:
+                packet.stream = self.copies[packet.stream.index]
+                self.container.mux(packet)
+            else:
+                keep.append(packet)
+        self._pending = keep
+
+    def _mux_video(self, packets: list[av.Packet]) -> None:
+        for packet in packets:
+            if packet.dts is not None:
+                self._mux_pending(float(packet.dts * packet.time_base))
+            self.container.mux(packet)
+
+    def write(self, source: SourceFrame, restored: np.ndarray | None = None, changed: np.ndarray | None = None) -> None:
+        """Encode one frame: ``source`` as decoded, or with ``restored`` (upright RGB) wherever
+        ``changed`` (upright bool mask) is set."""
+        decoded = source.frame
+        cc = self.video.codec_context
+        if restored is None or changed is None or not changed.any():
+            frame = decoded if decoded.format.name == cc.pix_fmt else decoded.reformat(format=cc.pix_fmt)
+        else:
+            matrix, color_range = rgb_matrix(decoded)
+            rgb = av.VideoFrame.from_ndarray(stored(restored, self.info.rotation), format="rgb24")
+            frame = rgb.reformat(format=decoded.format.name, src_colorspace=matrix, dst_colorspace=matrix,
+                                 src_color_range=ColorRange.JPEG, dst_color_range=color_range)
+            _merge_planes(decoded, frame, stored(changed, self.info.rotation))
+            if frame.format.name != cc.pix_fmt:
+                frame = frame.reformat(format=cc.pix_fmt)
+        frame.pts = decoded.pts
+        frame.time_base = decoded.time_base
+        frame.pict_type = av.video.frame.PictureType.NONE
+        try:
+            self._mux_video(self.video.encode(frame))
+        except av.FFmpegError as exc:
+            raise OutputError(f"encoding failed at frame {source.index}: {exc.strerror or exc}") from None
+        self.frames_written += 1
+
+    def close(self) -> None:
+        """Flush, finish the file and move it into place."""
+        try:
+            self._mux_video(self.video.encode(None))
+            self._mux_pending(None)
+            self.container.close()
+        except av.FFmpegError as exc:
+            self.abort()
+            raise OutputError(f"cannot finish {self.output}: {exc.strerror or exc}") from None
+        except BaseException:
+            self.abort()
+            raise
+        os.replace(self.tmp, self.output)
+
+    def abort(self) -> None:
+        """Drop the partial output."""
+        try:
+            self.container.close()
+        except Exception:  # the file is being thrown away; its trailer does not matter
+            pass
+        self.tmp.unlink(missing_ok=True)
