@@ -10,7 +10,11 @@ from pathlib import Path
 
 import av
 import numpy as np
-from av.video.reformatter import ColorRange, Colorspace
+from av.video.reformatter import ColorRange, Colorspace, Interpolation
+
+#: swscale flags for colour conversions: exact rounding and full chroma interpolation cost little
+#: next to decoding and keep a YUV -> RGB -> YUV round trip within a level or two.
+EXACT = Interpolation.BILINEAR | Interpolation.ACCURATE_RND | Interpolation.FULL_CHR_H_INT
 
 
 class InputError(RuntimeError):
@@ -51,7 +55,7 @@ def to_rgb(frame: av.VideoFrame) -> np.ndarray:
     """Upright RGB24 of a decoded frame, converted with the frame's own matrix and range."""
     colorspace, color_range = rgb_matrix(frame)
     rgb = frame.reformat(format="rgb24", src_colorspace=colorspace, dst_colorspace=colorspace,
-                         src_color_range=color_range, dst_color_range=ColorRange.JPEG)
+                         src_color_range=color_range, dst_color_range=ColorRange.JPEG, interpolation=EXACT)
     return upright(rgb.to_ndarray(), frame.rotation)
 
 

@@ -7,6 +7,7 @@ reach the encoder exactly as decoded (bit-identical output with a lossless codec
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ import av
 import numpy as np
 from av.video.reformatter import ColorRange
 
-from .decode import SourceFrame, VideoInfo, rgb_matrix, stored
+from .decode import EXACT, SourceFrame, VideoInfo, rgb_matrix, stored
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,19 @@ def _merge_planes(decoded: av.VideoFrame, new: av.VideoFrame, changed: np.ndarra
         np.copyto(dst, src, where=~cover)
 
 
+def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, str]:
+    """MP4/MOV edit lists (B-frame delay, AAC priming) are written in the movie timescale, 1/1000 s
+    by default: rounding there moves every timestamp by a fraction of a millisecond. A timescale
+    that every stream's time base divides keeps them exact."""
+    if ext not in (".mp4", ".mov"):
+        return {}
+    scale = 1
+    for stream in source.streams:
+        if stream.type in ("video", "audio", "subtitle") and stream.time_base:
+            scale = math.lcm(scale, stream.time_base.denominator)
+    return {"movie_timescale": str(scale)} if 1000 < scale < 2**31 else {}
+
+
 class VideoWriter:
     """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`."""
 
@@ -107,7 +121,7 @@ class VideoWriter:
         self.tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
         self.warnings: list[str] = []
         try:
-            self.container = av.open(str(self.tmp), "w")
+            self.container = av.open(str(self.tmp), "w", options=_muxer_options(ext, source))
         except (OSError, av.FFmpegError) as exc:
             raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
         try:
@@ -212,7 +226,7 @@ class VideoWriter:
             matrix, color_range = rgb_matrix(decoded)
             rgb = av.VideoFrame.from_ndarray(stored(restored, self.info.rotation), format="rgb24")
             frame = rgb.reformat(format=decoded.format.name, src_colorspace=matrix, dst_colorspace=matrix,
-                                 src_color_range=ColorRange.JPEG, dst_color_range=color_range)
+                                 src_color_range=ColorRange.JPEG, dst_color_range=color_range, interpolation=EXACT)
             _merge_planes(decoded, frame, stored(changed, self.info.rotation))
             if frame.format.name != cc.pix_fmt:
                 frame = frame.reformat(format=cc.pix_fmt)

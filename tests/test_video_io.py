@@ -1,0 +1,97 @@
+"""Video I/O details users check: colour tags and matrices, pixel formats, containers, temp files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from gpen_video.video.decode import open_input, probe, read_frames, demux, SourceFrame
+from gpen_video.video.encode import EncoderSettings, OutputError, VideoWriter
+
+PATCHES = np.array([[235, 16, 16], [16, 235, 16], [16, 16, 235], [235, 235, 16], [16, 235, 235], [128, 128, 128],
+                    [200, 120, 60], [40, 90, 180]], dtype=np.uint8)
+
+
+def make_clip(path: Path, colorspace: int, color_range: int, frames: int = 6) -> np.ndarray:
+    """Colour patches encoded losslessly (x264, qp 0, yuv444p) with the given matrix and range tags."""
+    image = np.repeat(np.repeat(PATCHES[None], 64, axis=0), 64, axis=1).reshape(64, 8 * 64, 3)
+    matrix = {1: 1, 6: 5}[colorspace]  # AVColorSpace -> swscale matrix
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = image.shape[1], image.shape[0], "yuv444p"
+        s.codec_context.color_range = color_range
+        s.codec_context.colorspace = colorspace
+        s.codec_context.color_primaries = s.codec_context.color_trc = colorspace
+        s.codec_context.options = {"qp": "0", "preset": "ultrafast"}
+        for i in range(frames):
+            f = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(
+                format="yuv444p", src_colorspace=matrix, dst_colorspace=matrix, src_color_range=2,
+                dst_color_range=color_range)
+            f.pts = i
+            for packet in s.encode(f):
+                c.mux(packet)
+        for packet in s.encode(None):
+            c.mux(packet)
+    return image
+
+
+def rewrite(src: Path, dst: Path, settings: EncoderSettings, touch_everything: bool) -> None:
+    """Run frames through the writer; with ``touch_everything`` every pixel takes the RGB path."""
+    container = open_input(src)
+    writer = VideoWriter(dst, container, probe(src), settings)
+    for item in demux(container, writer.copied_streams):
+        if isinstance(item, SourceFrame):
+            mask = np.ones(item.image.shape[:2], bool) if touch_everything else None
+            writer.write(item, item.image if touch_everything else None, mask)
+        else:
+            writer.write_packet(item)
+    writer.close()
+    container.close()
+
+
+@pytest.mark.parametrize(("colorspace", "color_range"), [(1, 1), (6, 1), (1, 2)],
+                         ids=["bt709-limited", "bt601-limited", "bt709-full"])
+def test_colours_and_tags_survive_the_rgb_round_trip(tmp_path, colorspace, color_range):
+    src, dst = tmp_path / "in.mp4", tmp_path / "out.mp4"
+    expected = make_clip(src, colorspace, color_range)
+    decoded = next(read_frames(src)).image
+    assert np.abs(decoded.astype(int) - expected).max() <= 2  # the decoder uses the tagged matrix and range
+
+    rewrite(src, dst, EncoderSettings(crf=0, preset="ultrafast"), touch_everything=True)
+    with av.open(str(src)) as c:
+        pix_fmt_in = c.streams.video[0].codec_context.pix_fmt  # yuvj444p for full range
+    with av.open(str(dst)) as c:
+        cc = c.streams.video[0].codec_context
+        assert (cc.colorspace, cc.color_range, cc.color_primaries, cc.color_trc) == (colorspace, color_range,
+                                                                                 colorspace, colorspace)
+        assert cc.pix_fmt == pix_fmt_in  # the input's pixel format is kept
+    out = next(read_frames(dst)).image
+    assert np.abs(out.astype(int) - decoded).max() <= 2  # our RGB -> YUV -> RGB round trip
+
+
+def test_untouched_frames_are_bit_exact_with_a_lossless_codec(tmp_path):
+    src, dst = tmp_path / "in.mp4", tmp_path / "out.mkv"
+    make_clip(src, 1, 1)
+    rewrite(src, dst, EncoderSettings(codec="ffv1"), touch_everything=False)
+    with av.open(str(src)) as a, av.open(str(dst)) as b:
+        for fa, fb in zip(a.decode(video=0), b.decode(video=0), strict=True):
+            for pa, pb in zip(fa.planes, fb.planes):
+                assert np.array_equal(np.frombuffer(pa, np.uint8).reshape(pa.height, -1)[:, : pa.width],
+                                      np.frombuffer(pb, np.uint8).reshape(pb.height, -1)[:, : pb.width])
+
+
+@pytest.mark.parametrize(("name", "codec", "message"), [
+    ("out.avi", None, "unsupported output extension"),
+    ("out.mp4", "ffv1", "cannot hold ffv1"),
+    ("out.mp4", "no_such_codec", "not available"),
+    ("out.webm", "libx264", "cannot hold h264"),
+])
+def test_impossible_outputs_fail_early_and_leave_nothing(tmp_path, name, codec, message):
+    src = tmp_path / "in.mp4"
+    make_clip(src, 1, 1, frames=2)
+    with open_input(src) as container, pytest.raises(OutputError, match=message):
+        VideoWriter(tmp_path / name, container, probe(src), EncoderSettings(codec=codec))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
