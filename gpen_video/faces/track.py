@@ -1,0 +1,257 @@
+"""Face tracking for video: detections linked into tracks, short misses bridged, landmarks smoothed.
+
+Streaming: frames are pushed in order and come out once nothing later can change them, after a
+fixed ``lookahead``, so memory stays flat however long the video is.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from .detect import Face
+from .smooth import gaussian_weights, local_linear, window_radius
+
+#: Side of the grayscale thumbnail compared for scene cuts: small enough that camera motion and
+#: compression noise mostly average out, large enough that two different shots rarely match.
+THUMBNAIL_SIDE = 32
+
+
+@dataclass
+class TrackedFace:
+    """A face of one frame, tied to its track; ``landmarks`` are the smoothed ones to align with."""
+
+    track: int
+    score: float | None  # None where a missed detection was bridged
+    box: np.ndarray  # (4,) x0, y0, x1, y1, as detected (or interpolated)
+    landmarks_raw: np.ndarray  # (5, 2) as detected (or interpolated)
+    landmarks: np.ndarray  # (5, 2) smoothed over time
+    interpolated: bool
+
+
+@dataclass
+class TrackedFrame:
+    """A final frame: its faces (ordered by track id) will not change any more."""
+
+    index: int
+    time: float
+    faces: list[TrackedFace]
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Intersection over union of every box of ``a`` (M, 4) with every box of ``b`` (N, 4)."""
+    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
+    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.clip(bottom_right - top_left, 0, None).prod(axis=-1)
+    area_a = (a[:, 2:] - a[:, :2]).prod(axis=-1)
+    area_b = (b[:, 2:] - b[:, :2]).prod(axis=-1)
+    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-9)
+
+
+def face_scale(face: Face) -> float:
+    """The inter-ocular distance, floored at a fifth of the box so turned heads still have a scale."""
+    return max(float(np.linalg.norm(face.landmarks[1] - face.landmarks[0])), 0.2 * face.size, 1.0)
+
+
+def scene_thumbnail(image: np.ndarray) -> np.ndarray:
+    """The frame as a THUMBNAIL_SIDE-square grayscale float image, averaged from every k-th pixel
+    of every k-th row, k leaving about 4x4 samples per thumbnail pixel: 0.3 ms for 1080p, not 6."""
+    step = max(1, min(image.shape[:2]) // (4 * THUMBNAIL_SIDE))
+    small = cv2.resize(np.ascontiguousarray(image[::step, ::step]), (THUMBNAIL_SIDE, THUMBNAIL_SIDE),
+                       interpolation=cv2.INTER_AREA)
+    return cv2.cvtColor(small, cv2.COLOR_RGB2GRAY).astype(np.float32)
+
+
+class SceneCutDetector:
+    """Flags a frame that differs wholly from the previous one, by mean absolute difference of
+    small grayscale thumbnails (0-255 scale). Keeps one thumbnail, never a frame."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self._previous: np.ndarray | None = None
+
+    def is_cut(self, image: np.ndarray) -> bool:
+        thumbnail = scene_thumbnail(image)
+        previous, self._previous = self._previous, thumbnail
+        return previous is not None and float(np.abs(thumbnail - previous).mean()) > self.threshold
+
+
+@dataclass
+class _Track:
+    """One track segment: its raw landmark series (missed frames filled in), one sample per frame
+    from ``first`` on, trimmed at the front once no pending frame needs the samples."""
+
+    id: int
+    first: int  # sequence number of samples[0]
+    last_face: Face
+    last_seen: int  # sequence number and clock of last_face
+    last_clock: float
+    clocks: list[float] = field(default_factory=list)
+    samples: list[np.ndarray] = field(default_factory=list)
+
+    def append(self, clock: float, landmarks: np.ndarray) -> None:
+        self.clocks.append(clock)
+        self.samples.append(landmarks)
+
+    def trim_before(self, seq: int) -> None:
+        drop = max(0, seq - self.first)
+        del self.clocks[:drop], self.samples[:drop]
+        self.first += drop
+
+
+@dataclass
+class _PendingFrame:
+    """A frame not yet returned: later frames may still bridge a miss into it or move its smoothing."""
+
+    seq: int
+    index: int
+    time: float
+    clock: float
+    faces: list[tuple[_Track, TrackedFace]] = field(default_factory=list)
+
+
+class FaceTracker:
+    """Links per-frame detections into tracks and smooths each track's landmarks.
+
+    ``smooth`` is the Gaussian sigma, in frames, of the centred local linear smoother (0: off).
+    The default 1.0 cuts frame-to-frame jitter to 30-40% on the talking-head test videos while
+    keeping smoothed landmarks within 1.5% of the eye distance of the raw ones on average;
+    stronger smoothing starts to flatten real mouth and head motion (1.5 moves them 2.2% on the
+    MPEG-4 clip). A track missed for up to ``max_gap`` frames (detector misses last a few frames:
+    blur, a hand over the face) is bridged by interpolation; longer, it ends.
+
+    Detections are matched to tracks by landmark distance in face scales plus (1 - IoU), optimally
+    over all pairs; a pair needs a distance of at most ``max_distance`` scales (a face moving its
+    own eye distance between frames is a blur) and an IoU of at least ``min_iou`` (no overlap
+    means another face). A thumbnail difference above ``cut_threshold`` is a scene cut and ends
+    every track (see ``SceneCutDetector``): 25 lies well above the largest frame-to-frame change
+    in the test videos (13, handheld), except whip pans of the phone selfie (up to 70, where a
+    split track costs little), and below the smallest difference between two of them (38).
+    """
+
+    def __init__(self, smooth: float = 1.0, max_gap: int = 5, max_distance: float = 1.0, min_iou: float = 0.1,
+                 cut_threshold: float = 25.0) -> None:
+        if smooth < 0 or max_gap < 0:
+            raise ValueError("smooth and max_gap must not be negative")
+        self.smooth = smooth
+        self.max_gap = max_gap
+        self.max_distance = max_distance
+        self.min_iou = min_iou
+        self._radius = window_radius(smooth)
+        self._cuts = SceneCutDetector(cut_threshold)
+        self._ids = itertools.count()
+        self._tracks: list[_Track] = []
+        self._pending: list[_PendingFrame] = []
+        self._seq = 0
+        self._clock: float | None = None
+        self._clock_step = 1.0
+
+    @property
+    def lookahead(self) -> int:
+        """Frames after frame t that must be pushed before frame t is final: a miss at t + radius
+        is only resolved ``max_gap`` frames later, and the smoother reads up to t + radius."""
+        return self._radius + self.max_gap
+
+    def push(self, index: int, time: float, faces: list[Face], image: np.ndarray) -> list[TrackedFrame]:
+        """Add the next frame (its detections and the upright RGB image); returns the frames now final."""
+        if self._cuts.is_cut(image):
+            self._tracks = []
+        frame = _PendingFrame(self._seq, index, time, self._next_clock(time))
+        self._pending.append(frame)
+        self._associate(frame, faces)
+        self._seq += 1
+        return self._emit(lambda pending: pending.seq + self.lookahead < self._seq)
+
+    def flush(self) -> list[TrackedFrame]:
+        """The frames still held back, at the end of the video; later pushes start new tracks."""
+        self._tracks = []
+        return self._emit(lambda pending: True)
+
+    def _next_clock(self, time: float) -> float:
+        """The frame's time, kept strictly increasing (repeated or missing timestamps advance by the
+        last step) so the smoother can fit against time, which keeps variable frame rates unbiased."""
+        if self._clock is not None:
+            if time > self._clock:
+                self._clock_step = time - self._clock
+            time = max(time, self._clock + self._clock_step)
+        self._clock = time
+        return time
+
+    def _associate(self, frame: _PendingFrame, faces: list[Face]) -> None:
+        matches = dict(self._match(faces))  # face index -> track
+        for i, face in enumerate(faces):
+            track = matches.get(i)
+            if track is None:
+                track = _Track(next(self._ids), frame.seq, face, frame.seq, frame.clock)
+                self._tracks.append(track)
+            else:
+                self._bridge(track, frame, face)
+            self._observe(track, frame, face)
+        self._tracks = [t for t in self._tracks if frame.seq - t.last_seen <= self.max_gap]
+
+    def _match(self, faces: list[Face]) -> list[tuple[int, _Track]]:
+        """Optimal one-to-one pairs of live tracks and detections, within the gates."""
+        if not self._tracks or not faces:
+            return []
+        last = [t.last_face for t in self._tracks]
+        iou = box_iou(np.stack([f.box for f in last]), np.stack([f.box for f in faces]))
+        shift = np.linalg.norm(np.stack([f.landmarks for f in last])[:, None] - np.stack([f.landmarks for f in faces]),
+                               axis=-1).mean(axis=-1)
+        distance = shift / np.array([face_scale(f) for f in last])[:, None]
+        allowed = (distance <= self.max_distance) & (iou >= self.min_iou)
+        cost = np.where(allowed, distance + 1.0 - iou, 1e6)
+        rows, cols = linear_sum_assignment(cost)
+        return [(c, self._tracks[r]) for r, c in zip(rows, cols) if allowed[r, c]]
+
+    def _bridge(self, track: _Track, frame: _PendingFrame, face: Face) -> None:
+        """Fill the frames a track was missed in, by linear interpolation in time up to ``face``."""
+        for seq in range(track.last_seen + 1, frame.seq):
+            missed = self._frame(seq)
+            w = (missed.clock - track.last_clock) / (frame.clock - track.last_clock)
+            box = (1 - w) * track.last_face.box + w * face.box
+            landmarks = (1 - w) * track.last_face.landmarks + w * face.landmarks
+            self._attach(track, missed, TrackedFace(track.id, None, box, landmarks, landmarks, interpolated=True))
+
+    def _observe(self, track: _Track, frame: _PendingFrame, face: Face) -> None:
+        self._attach(track, frame, TrackedFace(track.id, face.score, face.box, face.landmarks, face.landmarks, False))
+        track.last_face, track.last_seen, track.last_clock = face, frame.seq, frame.clock
+
+    def _attach(self, track: _Track, frame: _PendingFrame, face: TrackedFace) -> None:
+        frame.faces.append((track, face))
+        track.append(frame.clock, face.landmarks_raw)
+
+    def _frame(self, seq: int) -> _PendingFrame:
+        return self._pending[seq - self._pending[0].seq]
+
+    def _emit(self, is_final: Callable[[_PendingFrame], bool]) -> list[TrackedFrame]:
+        done = []
+        while self._pending and is_final(self._pending[0]):
+            frame = self._pending.pop(0)
+            for track, face in frame.faces:
+                face.landmarks = self._smoothed(track, frame)
+                track.trim_before(frame.seq + 1 - self._radius)
+            faces = sorted((face for _, face in frame.faces), key=lambda face: face.track)
+            done.append(TrackedFrame(frame.index, frame.time, faces))
+        return done
+
+    def _smoothed(self, track: _Track, frame: _PendingFrame) -> np.ndarray:
+        """The track's landmarks at ``frame``, fitted over the +-radius frames of its segment."""
+        at = frame.seq - track.first
+        window = slice(max(0, at - self._radius), at + self._radius + 1)
+        if self._radius == 0:
+            return track.samples[at].copy()
+        offsets = np.arange(len(track.samples))[window] - at
+        return local_linear(np.array(track.clocks[window]), np.stack(track.samples[window]),
+                            gaussian_weights(offsets, self.smooth), frame.clock)
+
+
+def track_faces(frames: Iterable[tuple[int, float, list[Face], np.ndarray]], **options) -> list[TrackedFrame]:
+    """Track a whole clip at once: (index, time, faces, image) per frame; ``options`` go to ``FaceTracker``."""
+    tracker = FaceTracker(**options)
+    tracked = [out for frame in frames for out in tracker.push(*frame)]
+    return tracked + tracker.flush()
