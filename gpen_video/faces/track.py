@@ -69,16 +69,30 @@ def scene_thumbnail(image: np.ndarray) -> np.ndarray:
 
 class SceneCutDetector:
     """Flags a frame that differs wholly from the previous one, by mean absolute difference of
-    small grayscale thumbnails (0-255 scale). Keeps one thumbnail, never a frame."""
+    small grayscale thumbnails (0-255 scale). Keeps a thumbnail and a few numbers, never a frame.
+
+    A cut is a jump: the difference must pass ``threshold`` and also be ``SPIKE`` times the
+    recent typical difference. Handheld whip pans change every frame a lot for a while (up to 70
+    on the phone selfie); only their first frame can count as a cut, not each one.
+    """
+
+    SPIKE = 2.5
+    HISTORY = 5
 
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
         self._previous: np.ndarray | None = None
+        self._recent: list[float] = []
 
     def is_cut(self, image: np.ndarray) -> bool:
         thumbnail = scene_thumbnail(image)
         previous, self._previous = self._previous, thumbnail
-        return previous is not None and float(np.abs(thumbnail - previous).mean()) > self.threshold
+        if previous is None:
+            return False
+        difference = float(np.abs(thumbnail - previous).mean())
+        typical = float(np.median(self._recent)) if self._recent else 0.0
+        self._recent = (self._recent + [difference])[-self.HISTORY :]
+        return difference > self.threshold and difference > self.SPIKE * typical
 
 
 @dataclass
@@ -126,15 +140,15 @@ class FaceTracker:
     blur, a hand over the face) is bridged by interpolation; longer, it ends.
 
     Detections are matched to tracks by landmark distance in face scales plus (1 - IoU), optimally
-    over all pairs; a pair needs a distance of at most ``max_distance`` scales (a face moving its
-    own eye distance between frames is a blur) and an IoU of at least ``min_iou`` (no overlap
+    over all pairs; a pair needs a distance of at most ``max_distance`` scales per frame apart (a
+    handheld phone pan moves a face up to 1.2 eye distances from one frame to the next) and an IoU of at least ``min_iou`` (no overlap
     means another face). A thumbnail difference above ``cut_threshold`` is a scene cut and ends
     every track (see ``SceneCutDetector``): 25 lies well above the largest frame-to-frame change
     in the test videos (13, handheld), except whip pans of the phone selfie (up to 70, where a
     split track costs little), and below the smallest difference between two of them (38).
     """
 
-    def __init__(self, smooth: float = 1.0, max_gap: int = 5, max_distance: float = 1.0, min_iou: float = 0.1,
+    def __init__(self, smooth: float = 1.0, max_gap: int = 5, max_distance: float = 1.5, min_iou: float = 0.1,
                  cut_threshold: float = 25.0) -> None:
         if smooth < 0 or max_gap < 0:
             raise ValueError("smooth and max_gap must not be negative")
@@ -202,7 +216,9 @@ class FaceTracker:
         iou = box_iou(np.stack([f.box for f in last]), np.stack([f.box for f in faces]))
         shift = np.linalg.norm(np.stack([f.landmarks for f in last])[:, None] - np.stack([f.landmarks for f in faces]),
                                axis=-1).mean(axis=-1)
-        distance = shift / np.array([face_scale(f) for f in last])[:, None]
+        # Per frame since the track was last seen: a face missed for 3 frames may have moved 3 steps.
+        frames_apart = np.array([self._seq - t.last_seen for t in self._tracks], dtype=np.float64)
+        distance = shift / (np.array([face_scale(f) for f in last]) * frames_apart)[:, None]
         allowed = (distance <= self.max_distance) & (iou >= self.min_iou)
         cost = np.where(allowed, distance + 1.0 - iou, 1e6)
         rows, cols = linear_sum_assignment(cost)
