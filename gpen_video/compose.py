@@ -71,10 +71,9 @@ class Compositor:
         x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, width), min(y1, height)
         return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
 
-    def paste(self, frame: torch.Tensor, faces: list[PastedFace]) -> torch.Tensor:
-        """``frame`` (H, W, 3) uint8 with ``faces`` pasted; where several overlap, the larger mask wins."""
-        if not faces:
-            return frame
+    def paste(self, frame: torch.Tensor, faces: list[PastedFace]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``frame`` (H, W, 3) uint8 with ``faces`` pasted (where several overlap, the larger mask
+        wins), and the (H, W) bool mask of the pixels the masks reach; all others are untouched."""
         height, width = frame.shape[:2]
         image = frame.permute(2, 0, 1).float()
         face_layer = torch.zeros_like(image)
@@ -95,5 +94,6 @@ class Compositor:
             mask_layer[:, y0:y1, x0:x1] = torch.where(wins, mask, current)
             face_layer[:, y0:y1, x0:x1] = torch.where(wins, face_rgb, face_layer[:, y0:y1, x0:x1])
         blended = image * (1 - mask_layer) + face_layer * mask_layer
-        out = torch.where(mask_layer > 0, blended.round().clamp(0, 255), image)
-        return out.to(torch.uint8).permute(1, 2, 0)
+        reached = mask_layer > 0
+        out = torch.where(reached, blended.round().clamp(0, 255), image)
+        return out.to(torch.uint8).permute(1, 2, 0), reached[0]
