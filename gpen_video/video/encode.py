@@ -171,7 +171,7 @@ class VideoWriter:
         for stream in source.streams:
             if stream.index == src_video.index or stream.type not in ("audio", "subtitle"):
                 continue
-            name = stream.codec_context.name
+            name = stream.codec_context.codec.canonical_name  # "mp3", not the decoder's "mp3float"
             allowed = rules.audio if stream.type == "audio" else rules.subtitles
             if allowed is None or name in allowed:
                 out = self.container.add_stream_from_template(stream)

@@ -1,0 +1,204 @@
+"""The Python API: ``restore_video`` and ``restore_image``, with every check made before any work."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .faces.detect import DEFAULT_DETECTOR, DETECTORS
+from .faces.track import FaceTracker, track_faces
+from .faces.tracks_file import TracksWriter
+from .pipeline import Pipeline
+from .restore import DeviceSettings, DeviceWorker
+from .video.decode import InputError, open_input, probe
+from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter
+from .weights import DEFAULT_MODEL, load_gpen_weights
+
+IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+class UsageError(ValueError):
+    """Options that cannot work together or are out of range. The message is one line."""
+
+
+@dataclass
+class Summary:
+    output: Path
+    frames: int
+    faces: int
+    frames_with_faces: int
+    seconds: float
+    busy: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        """The closing report: frames, faces, time, and each stage's busy share of the wall time."""
+        lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
+                 f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
+        if self.busy:
+            busy = ", ".join(f"{k} {v / self.seconds:.0%}" for k, v in sorted(self.busy.items()))
+            lines.append(f"stage busy time: {busy}")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def _devices(gpus: list[int] | None, device: str | None) -> list[str]:
+    if device == "cpu":
+        return ["cpu"]
+    if device not in (None, "cuda"):
+        raise UsageError(f"unknown device {device!r}; use cpu or cuda")
+    available = torch.cuda.device_count()
+    if gpus is None:
+        if available == 0:
+            if device == "cuda":
+                raise UsageError("--device cuda was asked for, but no CUDA GPU is visible")
+            return ["cpu"]
+        gpus = [0]
+    missing = [g for g in gpus if not 0 <= g < available]
+    if missing:
+        raise UsageError(f"GPU {missing[0]} does not exist ({available} CUDA GPU(s) visible)")
+    return [f"cuda:{g}" for g in dict.fromkeys(gpus)]
+
+
+def _check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str] | dict) -> None:
+    if output.suffix.lower() not in extensions:
+        raise UsageError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(sorted(extensions))}")
+    if input.exists() and output.exists() and os.path.samefile(input, output):
+        raise UsageError("OUTPUT is the input file; choose another path")
+    if output.resolve() == input.resolve():
+        raise UsageError("OUTPUT is the input file; choose another path")
+    if output.is_dir():
+        raise UsageError(f"OUTPUT is a directory: {output}")
+    if output.exists() and not overwrite:
+        raise UsageError(f"{output} exists; pass --overwrite to replace it")
+    parent = output.resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"output directory does not exist: {parent}")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"output directory is not writable: {parent}")
+
+
+def _settings(devices: list[str], precision: str | None, batch_size: int, compile: bool | None,
+              strength: float, **detection) -> list[DeviceSettings]:
+    if batch_size < 1:
+        raise UsageError(f"batch size must be a positive integer, got {batch_size}")
+    if not 0.0 <= strength <= 1.0:
+        raise UsageError(f"strength must be in [0, 1], got {strength}")
+    if detection["detector"] not in DETECTORS:
+        raise UsageError(f"unknown detector {detection['detector']!r}; choose one of {', '.join(DETECTORS)}")
+    out = []
+    for dev in devices:
+        gpu = dev.startswith("cuda")
+        out.append(DeviceSettings(device=dev, precision=precision or ("fp16" if gpu else "fp32"),
+                                  face_batch=batch_size, compile=gpu if compile is None else compile,
+                                  strength=strength, **detection))
+    return out
+
+
+def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | None = None,
+                  device: str | None = None, model: str = DEFAULT_MODEL, weights: str | Path | None = None,
+                  precision: str | None = None, batch_size: int = 16, compile: bool | None = None,
+                  detector: str = DEFAULT_DETECTOR, detector_weights: str | Path | None = None,
+                  threshold: float = 0.9, min_face: float = 0.0, max_faces: int | None = None,
+                  strength: float = 1.0, smooth: float | None = None, codec: str | None = None,
+                  crf: int | None = None, preset: str | None = None, pix_fmt: str | None = None,
+                  tracks_out: str | Path | None = None, overwrite: bool = False, progress: bool = True,
+                  workers_per_device: int = 1) -> Summary:
+    """Restore every face in ``input`` and write ``output``; audio, timing and metadata are kept.
+
+    ``workers_per_device`` > 1 runs several workers on each device (each with its own model
+    replica); it exists to exercise multi-worker dispatch where only one device is at hand.
+
+    Returns the :class:`Summary`. Raises ``InputError``, ``OutputError``, ``UsageError`` or
+    ``WeightsError`` (one-line messages) before any output exists when something cannot work.
+    """
+    input, output = Path(input), Path(output)
+    _check_paths(input, output, overwrite, CONTAINERS)
+    devices = [d for d in _devices(gpus, device) for _ in range(workers_per_device)]
+    settings = _settings(devices, precision, batch_size, compile, strength, detector=detector,
+                         detector_weights=detector_weights, threshold=threshold, min_face=min_face,
+                         max_faces=max_faces)
+    info = probe(input)
+    state_dict, _ = load_gpen_weights(model, weights, progress)
+    container = open_input(input)
+    try:
+        writer = VideoWriter(output, container, info,
+                             EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt))
+        tracks = None
+        try:
+            workers = [DeviceWorker(state_dict, s) for s in settings]
+            tracks = TracksWriter(Path(tracks_out)) if tracks_out else None
+            bar = tqdm(total=info.frames, unit="frame", disable=not progress, dynamic_ncols=True)
+            faces = [0]
+
+            def on_frame(frames: int, found: int) -> None:
+                faces[0] += found
+                bar.update(frames)
+                bar.set_postfix(faces=faces[0], refresh=False)
+
+            tracker = FaceTracker() if smooth is None else FaceTracker(smooth=smooth)
+            pipeline = Pipeline(container, writer, workers, tracker, batch_frames=batch_size,
+                                tracks=tracks, on_frame=on_frame)
+            try:
+                result = pipeline.run()
+            finally:
+                bar.close()
+        except BaseException:
+            writer.abort()
+            if tracks is not None:
+                tracks.abort()
+            raise
+    finally:
+        container.close()
+    return Summary(output, result.frames, result.faces, result.frames_with_faces, result.seconds, result.busy,
+                   writer.warnings)
+
+
+def restore_image(input: str | Path, output: str | Path, *, device: str | None = None,
+                  gpus: list[int] | None = None, model: str = DEFAULT_MODEL, weights: str | Path | None = None,
+                  precision: str | None = None, detector: str = DEFAULT_DETECTOR,
+                  detector_weights: str | Path | None = None, threshold: float = 0.9, min_face: float = 0.0,
+                  max_faces: int | None = None, strength: float = 1.0, tracks_out: str | Path | None = None,
+                  overwrite: bool = False, progress: bool = True) -> Summary:
+    """Restore the faces of one photo (EXIF orientation honoured) into another image file."""
+    input, output = Path(input), Path(output)
+    _check_paths(input, output, overwrite, IMAGE_EXTENSIONS)
+    settings = _settings(_devices(gpus, device)[:1], precision, 16, False, strength, detector=detector,
+                         detector_weights=detector_weights, threshold=threshold, min_face=min_face,
+                         max_faces=max_faces)[0]
+    if not input.is_file():
+        raise InputError(f"input not found: {input}")
+    bgr = cv2.imread(str(input), cv2.IMREAD_COLOR)  # applies the EXIF orientation
+    if bgr is None:
+        raise InputError(f"cannot read {input} as an image")
+    start = time.perf_counter()
+    state_dict, _ = load_gpen_weights(model, weights, progress)
+    worker = DeviceWorker(state_dict, settings)
+    rgb = np.ascontiguousarray(bgr[:, :, ::-1])
+    found = worker.detect([rgb])[0]
+    tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
+    result = worker.restore([rgb], [[(f.landmarks, min(f.box[2] - f.box[0], f.box[3] - f.box[1]))
+                                     for f in tracked.faces]])[0]
+    tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
+    try:
+        if not cv2.imwrite(str(tmp), np.ascontiguousarray(result.image[:, :, ::-1])):
+            raise OutputError(f"cannot write {output}")
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if tracks_out:
+        writer = TracksWriter(Path(tracks_out))
+        writer.add(tracked)
+        writer.close()
+    return Summary(output, 1, result.faces, int(result.faces > 0), time.perf_counter() - start)

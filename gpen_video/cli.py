@@ -1,0 +1,99 @@
+"""``gpen-video INPUT OUTPUT``: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from . import __version__
+from .faces.detect import DEFAULT_DETECTOR, DETECTORS
+from .model.fast import PRECISIONS
+from .weights import DEFAULT_MODEL, OFFICIAL_MODELS
+
+EXAMPLES = """examples:
+  gpen-video talk.mp4 talk_restored.mp4                 restore on the first GPU (or the CPU)
+  gpen-video talk.mp4 out.mp4 --gpus 0,1                 split the work over two GPUs
+  gpen-video old.mov out.mov --codec prores_ks           edit-friendly ProRes output
+  gpen-video talk.mp4 out.mkv --codec ffv1               lossless output
+  gpen-video photo.jpg photo_restored.png                one image
+  gpen-video talk.mp4 out.mp4 --tracks-out faces.json    also write what was restored, frame by frame
+"""
+
+
+def _gpus(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpus takes GPU numbers like 0,1; got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpen-video", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
+    p.add_argument("input", type=Path, help="video (mp4, mov, mkv, webm, ...) or image")
+    p.add_argument("output", type=Path, help="where to write the result; the container follows the extension")
+    p.add_argument("--version", action="version", version=f"gpen-video {__version__}")
+    dev = p.add_argument_group("devices")
+    dev.add_argument("--gpus", type=_gpus, help="comma-separated CUDA GPU numbers (default: 0 when a GPU exists)")
+    dev.add_argument("--device", choices=["cpu", "cuda"], help="force the CPU (slow) or CUDA")
+    dev.add_argument("--precision", choices=sorted(PRECISIONS), help="GPEN arithmetic (default fp16 on GPU, fp32 on CPU)")
+    dev.add_argument("--batch-size", type=int, default=16, help="frames per detection batch and faces per GPEN batch")
+    dev.add_argument("--no-compile", dest="compile", action="store_false", default=None,
+                     help="skip torch.compile on GPUs (starts faster, runs slower)")
+    model = p.add_argument_group("model")
+    model.add_argument("--model", default=DEFAULT_MODEL, choices=list(OFFICIAL_MODELS), help="official GPEN checkpoint")
+    model.add_argument("--weights", type=Path, help="a GPEN checkpoint file to use instead (never downloads)")
+    faces = p.add_argument_group("faces")
+    faces.add_argument("--detector", default=DEFAULT_DETECTOR, choices=list(DETECTORS))
+    faces.add_argument("--detector-weights", type=Path, help="detector checkpoint file (never downloads)")
+    faces.add_argument("--threshold", type=float, default=0.9, help="detection confidence (default 0.9, as GPEN)")
+    faces.add_argument("--min-face", type=float, default=0.0, help="ignore faces smaller than this many pixels")
+    faces.add_argument("--max-faces", type=int, help="restore at most this many faces per frame (largest score first)")
+    faces.add_argument("--strength", type=float, default=1.0, help="blend of restored over original, 0..1")
+    faces.add_argument("--smooth", type=float, help="temporal smoothing of face tracks (0 turns it off)")
+    faces.add_argument("--tracks-out", type=Path, help="write the faces found and used per frame as JSON")
+    enc = p.add_argument_group("encoding")
+    enc.add_argument("--codec", help="libx264 (default), libx265, h264_nvenc, hevc_nvenc, prores_ks, ffv1, libvpx-vp9")
+    enc.add_argument("--crf", type=int, help="quality (default: visually lossless for the codec; 0 = lossless x264)")
+    enc.add_argument("--preset", help="encoder preset (default: fast for x264/x265)")
+    enc.add_argument("--pix-fmt", help="output pixel format (default: the input's, when the codec takes it)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .api import IMAGE_EXTENSIONS, restore_image, restore_video
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
+    common = dict(gpus=args.gpus, device=args.device, model=args.model, weights=args.weights,
+                  precision=args.precision, detector=args.detector, detector_weights=args.detector_weights,
+                  threshold=args.threshold, min_face=args.min_face, max_faces=args.max_faces,
+                  strength=args.strength, tracks_out=args.tracks_out, overwrite=args.overwrite,
+                  progress=not args.quiet)
+    try:
+        if args.input.suffix.lower() in IMAGE_EXTENSIONS:
+            summary = restore_image(args.input, args.output, **common)
+        else:
+            summary = restore_video(args.input, args.output, batch_size=args.batch_size, compile=args.compile,
+                                    smooth=args.smooth, codec=args.codec, crf=args.crf, preset=args.preset,
+                                    pix_fmt=args.pix_fmt, **common)
+    except KeyboardInterrupt:
+        print("gpen-video: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"gpen-video: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(summary.describe(), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

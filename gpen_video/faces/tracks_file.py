@@ -1,0 +1,56 @@
+"""``--tracks-out``: what was found and used on every frame, as JSON, written as the video runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .track import TrackedFrame
+
+
+def _points(array) -> list[list[float]]:
+    return [[round(float(x), 3), round(float(y), 3)] for x, y in array]
+
+
+def frame_record(frame: TrackedFrame) -> dict:
+    """One frame of the tracks file (schema in the README)."""
+    return {
+        "index": frame.index,
+        "time": round(frame.time, 6),
+        "faces": [
+            {
+                "track": face.track,
+                "score": None if face.score is None else round(float(face.score), 5),
+                "interpolated": face.interpolated,
+                "box": [round(float(v), 3) for v in face.box],
+                "landmarks_raw": _points(face.landmarks_raw),
+                "landmarks": _points(face.landmarks),
+            }
+            for face in frame.faces
+        ],
+    }
+
+
+class TracksWriter:
+    """Streams frame records into a temp file beside ``path``; :meth:`close` moves it into place."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+        self.file = open(self.tmp, "w", encoding="utf-8")
+        self.file.write('{"frames": [')
+        self.first = True
+
+    def add(self, frame: TrackedFrame) -> None:
+        self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame)))
+        self.first = False
+
+    def close(self) -> None:
+        self.file.write("\n]}\n")
+        self.file.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)

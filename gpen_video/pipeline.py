@@ -1,0 +1,280 @@
+"""The threaded pipeline: decode -> detect (devices) -> track (in order) -> restore (devices) -> encode.
+
+Decoding and encoding are CPU stages in their own threads; each device (GPU, or the CPU) has a
+worker thread that takes detection and restoration batches from one shared queue, restoration
+first so finished work drains before new work enters. Tracking needs the frames in order, so it
+runs in one thread between the two device stages. A semaphore caps the frames in flight, which
+keeps memory flat whatever the video's length; the encoder writes frames strictly in order.
+Any stage's error stops every stage and reaches the caller; nothing is left at OUTPUT.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import av
+
+from .faces.track import FaceTracker, TrackedFrame
+from .faces.tracks_file import TracksWriter
+from .restore import DeviceWorker, Restored
+from .video.decode import SourceFrame, demux
+from .video.encode import VideoWriter
+
+_POLL = 0.1  # seconds between checks of the stop flag while a thread waits
+
+
+class Stopped(Exception):
+    """Raised inside a stage when another stage failed or the user interrupted."""
+
+
+@dataclass
+class StageClock:
+    """Busy seconds per stage, for the summary (how busy each stage was)."""
+
+    busy: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, stage: str, seconds: float) -> None:
+        with self.lock:
+            self.busy[stage] = self.busy.get(stage, 0.0) + seconds
+
+
+@dataclass
+class PipelineResult:
+    frames: int
+    faces: int
+    frames_with_faces: int
+    seconds: float
+    busy: dict[str, float]
+
+
+class _Task:
+    """Queue entries order by priority (restoration first), then by submission."""
+
+    _seq = itertools.count()
+
+    def __init__(self, priority: int, kind: str, payload: Any) -> None:
+        self.key = (priority, next(self._seq))
+        self.kind = kind
+        self.payload = payload
+
+    def __lt__(self, other: _Task) -> bool:
+        return self.key < other.key
+
+
+class Pipeline:
+    """Runs one video through the stages; :meth:`run` returns when the output is complete."""
+
+    def __init__(self, container: av.container.InputContainer, writer: VideoWriter, workers: list[DeviceWorker],
+                 tracker: FaceTracker, batch_frames: int, tracks: TracksWriter | None = None,
+                 on_frame: Callable[[int, int], None] | None = None) -> None:
+        self.container = container
+        self.writer = writer
+        self.workers = workers
+        self.tracker = tracker
+        self.batch = batch_frames
+        self.tracks = tracks
+        self.on_frame = on_frame or (lambda frames, faces: None)
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.clock = StageClock()
+        self.tasks: queue.PriorityQueue[_Task] = queue.PriorityQueue()
+        self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
+        self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
+        in_flight = 2 * batch_frames * (len(workers) + 1) + tracker.lookahead + batch_frames
+        self.slots = threading.Semaphore(in_flight)
+        self.counts = {"frames": 0, "faces": 0, "with_faces": 0}
+        self.frames_decoded = 0
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _get(self, q: queue.Queue) -> Any:
+        while True:
+            if self.stop.is_set():
+                raise Stopped
+            try:
+                return q.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+
+    def _acquire_slot(self) -> None:
+        while not self.slots.acquire(timeout=_POLL):
+            if self.stop.is_set():
+                raise Stopped
+
+    def _guard(self, stage: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                stage()
+            except Stopped:
+                pass
+            except BaseException as exc:  # every failure must stop the other stages and reach the caller
+                self.errors.append(exc)
+                self.stop.set()
+        return run
+
+    # ---- stages ---------------------------------------------------------------------------------
+
+    def _decode(self) -> None:
+        batch: list[SourceFrame] = []
+        items: Iterator = demux(self.container, self.writer.copied_streams)
+        while True:
+            t0 = time.perf_counter()
+            item = next(items, None)
+            self.clock.add("decode", time.perf_counter() - t0)
+            if item is None:
+                break
+            if isinstance(item, av.Packet):
+                self.to_encode.put(("packet", item))
+                continue
+            self._acquire_slot()
+            self.frames_decoded += 1
+            batch.append(item)
+            if len(batch) == self.batch:
+                self.tasks.put(_Task(1, "detect", batch))
+                batch = []
+        if batch:
+            self.tasks.put(_Task(1, "detect", batch))
+        self.detected.put(("end", self.frames_decoded))
+
+    def _work(self, worker: DeviceWorker) -> None:
+        while True:
+            task = self._get(self.tasks)
+            if task.kind == "detect":
+                t0 = time.perf_counter()
+                faces = worker.detect([f.image for f in task.payload])
+                self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
+                self.detected.put(("batch", (task.payload, faces)))
+            elif task.kind == "restore":
+                frames: list[tuple[SourceFrame, TrackedFrame]] = task.payload
+                t0 = time.perf_counter()
+                restored = worker.restore([s.image for s, _ in frames],
+                                          [[(f.landmarks, _box_size(f.box)) for f in t.faces] for _, t in frames])
+                self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
+                for (source, _), result in zip(frames, restored):
+                    self.to_encode.put(("frame", (source, result)))
+            else:  # "exit"
+                return
+
+    def _track(self) -> None:
+        """Puts detection batches back in order and tracks frame by frame."""
+        waiting: dict[int, tuple[list[SourceFrame], list]] = {}  # detected batches by first frame index
+        sources: dict[int, SourceFrame] = {}
+        next_index = 0
+        batch: list[tuple[SourceFrame, TrackedFrame]] = []
+
+        def emit(done: list[TrackedFrame]) -> None:
+            nonlocal batch
+            for tracked in done:
+                source = sources.pop(tracked.index)
+                if self.tracks is not None:
+                    self.tracks.add(tracked)
+                if tracked.faces:
+                    batch.append((source, tracked))
+                else:
+                    self.to_encode.put(("frame", (source, None)))
+                # Faces may be sparse: a batch also leaves once its first frame is `batch` frames old,
+                # since the encoder waits for that frame and the frames in flight are capped.
+                if batch and (len(batch) == self.batch or tracked.index - batch[0][0].index >= self.batch):
+                    self.tasks.put(_Task(0, "restore", batch))
+                    batch = []
+
+        total: int | None = None
+        while total is None or next_index < total:
+            kind, payload = self._get(self.detected)
+            if kind == "end":
+                total = payload
+                continue
+            waiting[payload[0][0].index] = payload
+            while next_index in waiting:
+                frames, faces = waiting.pop(next_index)
+                t0 = time.perf_counter()
+                for source, found in zip(frames, faces):
+                    sources[source.index] = source
+                    emit(self.tracker.push(source.index, source.time, found, source.image))
+                self.clock.add("track", time.perf_counter() - t0)
+                next_index = frames[-1].index + 1
+        emit(self.tracker.flush())
+        if batch:
+            self.tasks.put(_Task(0, "restore", batch))
+        self.to_encode.put(("end", next_index))
+
+    def _encode(self) -> None:
+        pending: dict[int, tuple[SourceFrame, Restored | None]] = {}
+        next_index = 0
+        total: int | None = None
+        while total is None or next_index < total:
+            kind, payload = self._get(self.to_encode)
+            if kind == "packet":
+                self.writer.write_packet(payload)
+                continue
+            if kind == "end":
+                total = payload
+            else:
+                pending[payload[0].index] = payload
+            while next_index in pending:
+                source, result = pending.pop(next_index)
+                t0 = time.perf_counter()
+                if result is None:
+                    self.writer.write(source)
+                else:
+                    self.writer.write(source, result.image, result.changed)
+                self.clock.add("encode", time.perf_counter() - t0)
+                faces = result.faces if result is not None else 0
+                self.counts["frames"] += 1
+                self.counts["faces"] += faces
+                self.counts["with_faces"] += bool(faces)
+                self.on_frame(1, faces)
+                self.slots.release()
+                next_index += 1
+        t0 = time.perf_counter()
+        self.writer.close()
+        self.clock.add("encode", time.perf_counter() - t0)
+
+    # ---- running --------------------------------------------------------------------------------
+
+    def run(self) -> PipelineResult:
+        start = time.perf_counter()
+        threads = [threading.Thread(target=self._guard(self._decode), name="decode"),
+                   threading.Thread(target=self._guard(self._track), name="track"),
+                   threading.Thread(target=self._guard(self._encode), name="encode")]
+        threads += [threading.Thread(target=self._guard(lambda w=w: self._work(w)), name=f"worker-{w.device}")
+                    for w in self.workers]
+        for t in threads:
+            t.start()
+        try:
+            threads[2].join()  # the encoder finishes last when all goes well
+            if not self.errors:
+                for _ in self.workers:
+                    self.tasks.put(_Task(2, "exit", None))
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=_POLL)
+                    if self.errors:
+                        self.stop.set()
+        except BaseException:  # Ctrl-C lands in the main thread: stop the stages, then let it propagate
+            self.stop.set()
+            for t in threads:
+                t.join()
+            self.writer.abort()
+            raise
+        if self.errors:
+            self.stop.set()
+            for t in threads:
+                t.join()
+            self.writer.abort()
+            raise self.errors[0]
+        if self.tracks is not None:
+            self.tracks.close()
+        return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
+                              time.perf_counter() - start, dict(self.clock.busy))
+
+
+def _box_size(box) -> float:
+    return float(min(box[2] - box[0], box[3] - box[1]))

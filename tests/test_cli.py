@@ -1,0 +1,89 @@
+"""The command as users run it: a subprocess, its output, its exit codes, and what it leaves on disk."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from .conftest import shared_file
+
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
+
+
+@pytest.fixture(scope="module")
+def small_gpen(golden, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
+    torch.save(golden["state_dict"], path)
+    return path
+
+
+def gpen_video(*args: object, weights: Path | None = None) -> subprocess.CompletedProcess:
+    extra = []
+    if weights is not None:
+        extra = ["--device", "cpu", "--weights", str(weights), "--detector", "retinaface-mobile",
+                 "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")), "--preset", "ultrafast"]
+    return subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args), *extra],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_help_and_version():
+    out = gpen_video("--help")
+    assert out.returncode == 0
+    for option in ("--gpus", "--model", "--weights", "--precision", "--batch-size", "--detector", "--detector-weights",
+                   "--strength", "--smooth", "--codec", "--crf", "--preset", "--tracks-out", "--overwrite",
+                   "--device", "--quiet", "examples:"):
+        assert option in out.stdout
+    version = gpen_video("--version")
+    assert version.returncode == 0 and version.stdout.startswith("gpen-video ")
+
+
+def test_restores_the_sample_with_progress_and_summary(small_gpen, tmp_path):
+    out = tmp_path / "restored.mp4"
+    run = gpen_video(SAMPLE, out, "--tracks-out", tmp_path / "t.json", weights=small_gpen)
+    assert run.returncode == 0, run.stderr
+    assert "100/100" in run.stderr  # the progress bar reached the last frame
+    assert "100 frames, 100 faces restored on 100 frames" in run.stderr
+    assert "stage busy time:" in run.stderr
+    assert out.stat().st_size > 0
+    assert len(json.loads((tmp_path / "t.json").read_text())["frames"]) == 100
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files left
+
+    again = gpen_video(SAMPLE, out, weights=small_gpen)
+    assert again.returncode == 1
+    assert "exists; pass --overwrite" in again.stderr and "Traceback" not in again.stderr
+    quiet = gpen_video(SAMPLE, out, "--overwrite", "--quiet", weights=small_gpen)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_usage_errors_exit_2():
+    run = gpen_video("only-one-argument.mp4")
+    assert run.returncode == 2 and "usage:" in run.stderr
+    assert gpen_video("a.mp4", "b.mp4", "--gpus", "x").returncode == 2
+
+
+def test_bad_input_gives_one_line_and_exit_1(small_gpen, tmp_path):
+    run = gpen_video(tmp_path / "missing.mp4", tmp_path / "out.mp4", weights=small_gpen)
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"gpen-video: error: input not found: {tmp_path / 'missing.mp4'}"
+    assert not (tmp_path / "out.mp4").exists()
+
+
+def test_image_round_trip_honours_exif(small_gpen, tmp_path):
+    src = shared_file("media/images/exif_orientation5_meds-aa-S001-01.jpg")
+    out = tmp_path / "restored.png"
+    run = gpen_video(src, out, "--tracks-out", tmp_path / "t.json", weights=small_gpen)
+    assert run.returncode == 0, run.stderr
+    upright = cv2.imread(str(src))  # OpenCV applies the EXIF orientation (5: transpose)
+    result = cv2.imread(str(out))
+    assert result.shape == upright.shape == (600, 480, 3)
+    frames = json.loads((tmp_path / "t.json").read_text())["frames"]
+    assert len(frames) == 1 and len(frames[0]["faces"]) == 1
+    changed = np.any(result != upright, axis=2)
+    assert 0 < changed.mean() < 0.9

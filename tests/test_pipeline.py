@@ -1,0 +1,128 @@
+"""The whole tool on every real sample video (CPU, the small golden GPEN, the real detector):
+frame count, timestamps, audio packets, duration, rotation; pixels outside faces untouched."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from gpen_video.api import restore_video
+from gpen_video.compose import Compositor
+from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms
+
+from .conftest import shared_file
+
+VIDEOS = [
+    "talking_head_speech_retalking2.mp4",
+    "talking_head_speech_mpeg4_sadtalker_katiehill.mp4",
+    "talking_head_speech_liveportrait_d20.mp4",
+    "talking_head_vfr_retalking1.mp4",
+    "phone_selfie_rotation90_new_face_video-90.mp4",
+    "phone_portrait_selfie_liveportrait_d13.mp4",
+    "multi_face_event_video_01.mp4",
+    "multi_face_hikers_video_02.mp4",
+    "multi_face_crowd_facenet_pytorch.mp4",
+    "old_footage_chaplin_moviepy.mp4",
+]
+
+
+@pytest.fixture(scope="session")
+def small_gpen(golden, tmp_path_factory) -> Path:
+    """The golden GPEN (64 px, random weights) as a checkpoint file: a real GPEN, fast on a CPU."""
+    path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
+    torch.save(golden["state_dict"], path)
+    return path
+
+
+def run_restore(src: Path, dst: Path, weights: Path, **options):
+    options = {"device": "cpu", "weights": weights, "detector": "retinaface-mobile",
+               "detector_weights": shared_file("weights/retinaface_mobilenet0.25.pth"), "batch_size": 8,
+               "progress": False, "preset": "ultrafast", **options}
+    return restore_video(src, dst, **options)
+
+
+def _frame_times(path: Path) -> list[Fraction]:
+    with av.open(str(path)) as c:
+        return [f.pts * f.time_base for f in c.decode(video=0)]
+
+
+def _packets(path: Path, kind: str) -> list[tuple[bytes, Fraction | None]]:
+    with av.open(str(path)) as c:
+        streams = [s for s in c.streams if s.type == kind]
+        if not streams:  # demux([]) would read every stream
+            return []
+        return [(bytes(p), p.pts * p.time_base if p.pts is not None else None)
+                for p in c.demux(streams) if p.size]
+
+
+def _rotation(path: Path) -> int:
+    with av.open(str(path)) as c:
+        return next(c.decode(video=0)).rotation
+
+
+@pytest.mark.parametrize("video", VIDEOS)
+def test_every_sample_video_keeps_frames_timing_audio_and_rotation(video, small_gpen, tmp_path):
+    src = shared_file(f"media/videos/{video}")
+    dst = tmp_path / "out.mp4"
+    summary = run_restore(src, dst, small_gpen, tracks_out=tmp_path / "tracks.json")
+
+    times_in, times_out = _frame_times(src), _frame_times(dst)
+    assert summary.frames == len(times_in) == len(times_out)
+    assert times_out == times_in  # every frame keeps its own timestamp, VFR included
+    assert _packets(dst, "audio") == _packets(src, "audio")  # bit-exact audio, same timestamps
+    assert _rotation(dst) == _rotation(src)
+    with av.open(str(src)) as a, av.open(str(dst)) as b:
+        frame = float(1 / a.streams.video[0].guessed_rate)
+        assert abs(a.duration - b.duration) / 1e6 <= frame + 1e-3
+    tracks = json.loads((tmp_path / "tracks.json").read_text())["frames"]
+    assert [f["index"] for f in tracks] == list(range(len(times_in)))
+    assert summary.faces == sum(len(f["faces"]) for f in tracks)
+    if video.startswith(("talking_head", "phone_portrait")):
+        assert summary.frames_with_faces >= 0.9 * summary.frames
+    if video.startswith("multi_face"):
+        assert max(len(f["faces"]) for f in tracks) >= 2
+
+
+def _decoded_rgb(path: Path) -> list[np.ndarray]:
+    from gpen_video.video.decode import read_frames
+
+    return [f.image for f in read_frames(path)]
+
+
+@pytest.mark.parametrize("video", ["talking_head_speech_liveportrait_d20.mp4",
+                                   "phone_selfie_rotation90_new_face_video-90.mp4"])
+def test_lossless_output_changes_only_face_regions(video, small_gpen, tmp_path):
+    src = shared_file(f"media/videos/{video}")
+    dst = tmp_path / "out.mp4"
+    run_restore(src, dst, small_gpen, crf=0, tracks_out=tmp_path / "t.json")
+    tracks = json.loads((tmp_path / "t.json").read_text())["frames"]
+    original, restored = _decoded_rgb(src)[:60], _decoded_rgb(dst)[:60]
+    comp = Compositor(64)
+    changed_somewhere = False
+    for frame_in, frame_out, record in zip(original, restored, tracks):
+        changed = np.any(frame_in != frame_out, axis=2)
+        allowed = np.zeros(changed.shape, bool)
+        for face in record["faces"]:
+            m = similarity_transforms(np.array(face["landmarks"])[None], reference_points(64))
+            x0, y0, x1, y1 = comp._footprint(invert_affine(m)[0], *changed.shape)
+            allowed[max(y0 - 2, 0) : y1 + 2, max(x0 - 2, 0) : x1 + 2] = True  # chroma blocks reach 1 px further
+        assert not np.any(changed & ~allowed)
+        changed_somewhere |= bool(changed.any())
+    assert changed_somewhere
+
+
+def test_video_without_faces_is_passed_through(small_gpen, tmp_path):
+    """With a threshold no face reaches, every frame is encoded exactly as decoded (lossless FFV1)."""
+    src = shared_file("media/videos/old_footage_chaplin_moviepy.mp4")
+    dst = tmp_path / "out.mkv"
+    summary = run_restore(src, dst, small_gpen, codec="ffv1", threshold=0.9999)
+    assert summary.faces == 0
+    assert summary.frames == len(_frame_times(src))
+    original, out = _decoded_rgb(src), _decoded_rgb(dst)
+    assert all(np.array_equal(a, b) for a, b in zip(original, out))

@@ -1,0 +1,107 @@
+"""Pipeline mechanics: several workers, failures in a stage, and memory that stays flat."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from gpen_video import restore as restore_module
+from gpen_video.api import restore_video
+
+from .conftest import shared_file
+
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
+
+
+@pytest.fixture(scope="module")
+def small_gpen(golden, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
+    torch.save(golden["state_dict"], path)
+    return path
+
+
+def _options(weights: Path) -> dict:
+    return {"device": "cpu", "weights": weights, "detector": "retinaface-mobile",
+            "detector_weights": shared_file("weights/retinaface_mobilenet0.25.pth"), "progress": False}
+
+
+def _frames(path: Path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="yuv420p") for f in c.decode(video=0)]
+
+
+def test_two_workers_give_the_same_frames_in_the_same_order(small_gpen, tmp_path):
+    one, two = tmp_path / "one.mkv", tmp_path / "two.mkv"
+    restore_video(SAMPLE, one, codec="ffv1", batch_size=4, **_options(small_gpen))
+    summary = restore_video(SAMPLE, two, codec="ffv1", batch_size=4, workers_per_device=2, **_options(small_gpen))
+    assert summary.faces == 100
+    assert any(k.startswith("restore") for k in summary.busy)
+    a, b = _frames(one), _frames(two)
+    assert len(a) == len(b) == 100
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_path, monkeypatch):
+    calls = []
+
+    def broken(self, images, faces):
+        calls.append(len(images))
+        raise RuntimeError("injected GPU fault")
+
+    monkeypatch.setattr(restore_module.DeviceWorker, "restore", broken)
+    before = set(threading.enumerate())
+    out = tmp_path / "out.mp4"
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="injected GPU fault"):
+        restore_video(SAMPLE, out, batch_size=4, **_options(small_gpen))
+    assert time.perf_counter() - start < 60
+    assert calls
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    time.sleep(0.5)
+    assert set(threading.enumerate()) <= before  # no stage thread left behind
+
+
+def _looped_clip(path: Path, loops: int) -> None:
+    """The sample clip played ``loops`` times (re-encoded, audio dropped), as one longer video."""
+    with av.open(str(SAMPLE)) as src, av.open(str(path), "w") as dst:
+        frames = [f.to_ndarray(format="rgb24") for f in src.decode(video=0)]
+        stream = dst.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 640, 480, "yuv420p"
+        stream.codec_context.options = {"preset": "ultrafast", "crf": "23"}
+        for i in range(loops * len(frames)):
+            frame = av.VideoFrame.from_ndarray(frames[i % len(frames)], format="rgb24")
+            frame.pts = i
+            for packet in stream.encode(frame):
+                dst.mux(packet)
+        for packet in stream.encode(None):
+            dst.mux(packet)
+
+
+_PEAK_RSS = textwrap.dedent("""
+    import resource, sys
+    from gpen_video.api import restore_video
+    restore_video(sys.argv[1], sys.argv[2], device="cpu", weights=sys.argv[3], detector="retinaface-mobile",
+                  detector_weights=sys.argv[4], progress=False, preset="ultrafast", batch_size=8)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""")
+
+
+def test_peak_memory_does_not_grow_with_video_length(small_gpen, tmp_path):
+    peaks = {}
+    for loops in (1, 4):
+        clip = tmp_path / f"loop{loops}.mp4"
+        _looped_clip(clip, loops)
+        run = subprocess.run([sys.executable, "-c", _PEAK_RSS, clip, tmp_path / f"out{loops}.mp4", small_gpen,
+                              shared_file("weights/retinaface_mobilenet0.25.pth")],
+                             capture_output=True, text=True, check=True, timeout=900)
+        peaks[loops] = int(run.stdout.split()[-1])
+    assert peaks[4] < 1.1 * peaks[1], peaks
