@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,3 +20,20 @@ def test_model_throughput_smoke(tmp_path):
     fast = rows[1:]
     assert {r["precision"] for r in fast} == {"fp16", "bf16"}
     assert all(r["faces_per_s"] > 0 and r["rel_error"] < 1e-2 for r in fast)
+
+
+def test_pipeline_bench_smoke(tmp_path, golden):
+    import torch
+
+    from .conftest import SHARED, shared_file
+
+    weights = tmp_path / "gpen_small.pth"
+    torch.save(golden["state_dict"], weights)
+    out = tmp_path / "numbers.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/pipeline_bench.py"), "--smoke", "--weights", str(weights),
+                    "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")),
+                    "--json", str(out)], check=True, capture_output=True, text=True, cwd=ROOT,
+                   env={**os.environ, "GPEN_VIDEO_SHARED": str(SHARED)})
+    numbers = json.loads(out.read_text())
+    assert numbers["transcode_fps"] > 0 and numbers["our_fps"] > 0
+    assert numbers["crowd_faces_per_frame"] >= 3  # the crowd clip has ~8 faces; the harness must see them
