@@ -25,7 +25,6 @@ from gpen_video.model.fast import BLUR_MODES
 from gpen_video.model.graphs import GraphedModel
 
 
-
 @dataclass
 class Row:
     variant: str

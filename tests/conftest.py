@@ -51,3 +51,34 @@ def read_rgb(relative: str):
     import cv2
 
     return cv2.cvtColor(cv2.imread(str(shared_file(f"media/images/{relative}")), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+@pytest.fixture(scope="session")
+def small_gpen(golden, tmp_path_factory) -> Path:
+    """The golden GPEN (64 px, random weights) as a checkpoint file: a real GPEN, fast on a CPU."""
+    path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
+    torch.save(golden["state_dict"], path)
+    return path
+
+
+def write_clip(path: Path, frames, rate: int = 25, pix_fmt: str = "yuv420p", options: dict | None = None,
+               tags: dict | None = None, convert=None) -> None:
+    """Encode RGB ``frames`` with libx264 (ultrafast unless ``options`` say otherwise), one pts per frame.
+    ``tags`` set codec-context colour fields; ``convert`` turns each RGB VideoFrame into ``pix_fmt``."""
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = frames[0].shape[1], frames[0].shape[0], pix_fmt
+        for name, value in (tags or {}).items():
+            setattr(stream.codec_context, name, value)
+        stream.codec_context.options = {"preset": "ultrafast", **(options or {})}
+        for i, image in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            if convert is not None:
+                frame = convert(frame)
+            frame.pts = i
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)

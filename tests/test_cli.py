@@ -9,19 +9,11 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import pytest
-import torch
 
 from .conftest import shared_file
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
 
-
-@pytest.fixture(scope="module")
-def small_gpen(golden, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
-    torch.save(golden["state_dict"], path)
-    return path
 
 
 def gpen_video(*args: object, weights: Path | None = None) -> subprocess.CompletedProcess:

@@ -10,7 +10,6 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-import torch
 
 from gpen_video.api import restore_video
 from gpen_video.compose import Compositor
@@ -31,13 +30,6 @@ VIDEOS = [
     "old_footage_chaplin_moviepy.mp4",
 ]
 
-
-@pytest.fixture(scope="session")
-def small_gpen(golden, tmp_path_factory) -> Path:
-    """The golden GPEN (64 px, random weights) as a checkpoint file: a real GPEN, fast on a CPU."""
-    path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
-    torch.save(golden["state_dict"], path)
-    return path
 
 
 def run_restore(src: Path, dst: Path, weights: Path, **options):

@@ -12,21 +12,14 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-import torch
 
 from gpen_video import restore as restore_module
 from gpen_video.api import restore_video
 
-from .conftest import shared_file
+from .conftest import shared_file, write_clip
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
 
-
-@pytest.fixture(scope="module")
-def small_gpen(golden, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
-    torch.save(golden["state_dict"], path)
-    return path
 
 
 def _options(weights: Path) -> dict:
@@ -72,18 +65,9 @@ def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_pa
 
 def _looped_clip(path: Path, loops: int) -> None:
     """The sample clip played ``loops`` times (re-encoded, audio dropped), as one longer video."""
-    with av.open(str(SAMPLE)) as src, av.open(str(path), "w") as dst:
+    with av.open(str(SAMPLE)) as src:
         frames = [f.to_ndarray(format="rgb24") for f in src.decode(video=0)]
-        stream = dst.add_stream("libx264", rate=25)
-        stream.width, stream.height, stream.pix_fmt = 640, 480, "yuv420p"
-        stream.codec_context.options = {"preset": "ultrafast", "crf": "23"}
-        for i in range(loops * len(frames)):
-            frame = av.VideoFrame.from_ndarray(frames[i % len(frames)], format="rgb24")
-            frame.pts = i
-            for packet in stream.encode(frame):
-                dst.mux(packet)
-        for packet in stream.encode(None):
-            dst.mux(packet)
+    write_clip(path, frames * loops, options={"crf": "23"})
 
 
 _PEAK_RSS = textwrap.dedent("""

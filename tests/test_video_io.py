@@ -8,8 +8,10 @@ import av
 import numpy as np
 import pytest
 
-from gpen_video.video.decode import open_input, probe, read_frames, demux, SourceFrame
+from gpen_video.video.decode import SourceFrame, demux, open_input, probe, read_frames
 from gpen_video.video.encode import EncoderSettings, OutputError, VideoWriter
+
+from .conftest import write_clip
 
 PATCHES = np.array([[235, 16, 16], [16, 235, 16], [16, 16, 235], [235, 235, 16], [16, 235, 235], [128, 128, 128],
                     [200, 120, 60], [40, 90, 180]], dtype=np.uint8)
@@ -19,22 +21,11 @@ def make_clip(path: Path, colorspace: int, color_range: int, frames: int = 6) ->
     """Colour patches encoded losslessly (x264, qp 0, yuv444p) with the given matrix and range tags."""
     image = np.repeat(np.repeat(PATCHES[None], 64, axis=0), 64, axis=1).reshape(64, 8 * 64, 3)
     matrix = {1: 1, 6: 5}[colorspace]  # AVColorSpace -> swscale matrix
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=25)
-        s.width, s.height, s.pix_fmt = image.shape[1], image.shape[0], "yuv444p"
-        s.codec_context.color_range = color_range
-        s.codec_context.colorspace = colorspace
-        s.codec_context.color_primaries = s.codec_context.color_trc = colorspace
-        s.codec_context.options = {"qp": "0", "preset": "ultrafast"}
-        for i in range(frames):
-            f = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(
-                format="yuv444p", src_colorspace=matrix, dst_colorspace=matrix, src_color_range=2,
-                dst_color_range=color_range)
-            f.pts = i
-            for packet in s.encode(f):
-                c.mux(packet)
-        for packet in s.encode(None):
-            c.mux(packet)
+    tags = {"color_range": color_range, "colorspace": colorspace, "color_primaries": colorspace,
+            "color_trc": colorspace}
+    write_clip(path, [image] * frames, pix_fmt="yuv444p", options={"qp": "0"}, tags=tags,
+               convert=lambda f: f.reformat(format="yuv444p", src_colorspace=matrix, dst_colorspace=matrix,
+                                            src_color_range=2, dst_color_range=color_range))
     return image
 
 
