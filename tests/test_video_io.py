@@ -86,3 +86,58 @@ def test_impossible_outputs_fail_early_and_leave_nothing(tmp_path, name, codec, 
     with open_input(src) as container, pytest.raises(OutputError, match=message):
         VideoWriter(tmp_path / name, container, probe(src), EncoderSettings(codec=codec))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
+
+
+def test_ten_bit_video_stays_ten_bit(tmp_path):
+    """4:4:4 so that chroma subsampling at the patch edges does not blur what is compared."""
+    src, dst = tmp_path / "in.mp4", tmp_path / "out.mp4"
+    image = np.repeat(np.repeat(PATCHES[None], 64, axis=0), 64, axis=1).reshape(64, 8 * 64, 3)
+    write_clip(src, [image] * 3, pix_fmt="yuv444p10le", options={"qp": "0"},
+               tags={"color_range": 1, "colorspace": 1, "color_primaries": 1, "color_trc": 1},
+               convert=lambda f: f.reformat(format="yuv444p10le", src_colorspace=1, dst_colorspace=1,
+                                            src_color_range=2, dst_color_range=1))
+    decoded = next(read_frames(src)).image
+    rewrite(src, dst, EncoderSettings(crf=0, preset="ultrafast"), touch_everything=True)
+    with av.open(str(dst)) as c:
+        assert c.streams.video[0].codec_context.pix_fmt == "yuv444p10le"
+    assert np.abs(next(read_frames(dst)).image.astype(int) - decoded).max() <= 2
+
+
+def test_audio_the_container_cannot_hold_is_re_encoded_with_a_warning(tmp_path):
+    src, dst = tmp_path / "in.mov", tmp_path / "out.mp4"
+    rate, seconds = 48000, 2
+    with av.open(str(src), "w") as c:
+        video = c.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = 64, 64, "yuv420p"
+        audio = c.add_stream("pcm_s16le", rate=rate)
+        audio.layout = "stereo"
+        tone = (np.sin(2 * np.pi * 440 * np.arange(rate * seconds) / rate) * 8000).astype(np.int16)
+        for i in range(25 * seconds):
+            frame = av.VideoFrame.from_ndarray(np.full((64, 64, 3), i * 4, np.uint8), format="rgb24")
+            frame.pts = i
+            for packet in video.encode(frame):
+                c.mux(packet)
+        for start in range(0, len(tone), 1024):
+            chunk = np.repeat(tone[start : start + 1024][None], 2, axis=0).T.reshape(1, -1)
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(chunk), format="s16", layout="stereo")
+            frame.sample_rate, frame.pts = rate, start
+            for packet in audio.encode(frame):
+                c.mux(packet)
+        for stream in (video, audio):
+            for packet in stream.encode(None):
+                c.mux(packet)
+    container = open_input(src)
+    writer = VideoWriter(dst, container, probe(src), EncoderSettings(preset="ultrafast"))
+    for item in demux(container, writer.copied_streams):
+        if isinstance(item, SourceFrame):
+            writer.write(item)
+        else:
+            writer.write_packet(item)
+    writer.close()
+    container.close()
+    assert writer.warnings == ["audio stream #1 (pcm_s16le) cannot be copied into .mp4; re-encoded as aac at 256 kb/s"]
+    with av.open(str(dst)) as c:
+        assert c.streams.audio[0].codec_context.name == "aac"
+        samples = np.concatenate([f.to_ndarray()[0] for f in c.decode(audio=0)])
+    assert abs(len(samples) - rate * seconds) <= 2048
+    assert np.abs(samples).max() > 0.1  # the tone survived

@@ -84,6 +84,34 @@ def _merge_planes(decoded: av.VideoFrame, new: av.VideoFrame, changed: np.ndarra
         np.copyto(dst, src, where=~cover)
 
 
+_AUDIO_BIT_RATE = 256_000
+
+
+class _AudioTranscoder:
+    """Re-encodes an audio stream the output container cannot hold (e.g. PCM into MP4)."""
+
+    def __init__(self, container: av.container.OutputContainer, source: av.stream.Stream, codec: str) -> None:
+        self.source = source
+        rate = 48000 if codec == "libopus" else source.rate  # Opus runs at 48 kHz
+        self.stream = container.add_stream(codec, rate=rate)
+        self.stream.layout = source.layout
+        self.stream.bit_rate = _AUDIO_BIT_RATE
+        self.stream.metadata.update(source.metadata)
+        sample_format = self.stream.codec_context.codec.audio_formats[0].name
+        self.resampler = av.AudioResampler(format=sample_format, layout=source.layout, rate=rate)
+
+    def encode(self, packet: av.Packet | None) -> list[av.Packet]:
+        """Packets of the new stream for one input packet (``None`` flushes at the end)."""
+        frames = packet.decode() if packet is not None else [None]
+        out = []
+        for frame in frames:
+            for resampled in self.resampler.resample(frame):
+                out += self.stream.encode(resampled)
+            if frame is None:
+                out += self.stream.encode(None)
+        return out
+
+
 def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, str]:
     """MP4/MOV edit lists (B-frame delay, AAC priming) are written in the movie timescale, 1/1000 s
     by default: rounding there moves every timestamp by a fraction of a millisecond. A timescale
@@ -168,6 +196,7 @@ class VideoWriter:
         self.video = video
 
         self.copies: dict[int, av.stream.Stream] = {}
+        self.transcodes: dict[int, _AudioTranscoder] = {}
         for stream in source.streams:
             if stream.index == src_video.index or stream.type not in ("audio", "subtitle"):
                 continue
@@ -177,8 +206,12 @@ class VideoWriter:
                 out = self.container.add_stream_from_template(stream)
                 out.metadata.update(stream.metadata)
                 self.copies[stream.index] = out
+            elif stream.type == "audio":
+                self.transcodes[stream.index] = _AudioTranscoder(self.container, stream, rules.fallback_audio)
+                self._warn(f"audio stream #{stream.index} ({name}) cannot be copied into {self.output.suffix}; "
+                           f"re-encoded as {rules.fallback_audio} at {_AUDIO_BIT_RATE // 1000} kb/s")
             else:
-                self._warn(f"{stream.type} stream #{stream.index} ({name}) cannot be copied into "
+                self._warn(f"subtitle stream #{stream.index} ({name}) cannot be copied into "
                            f"{self.output.suffix}; it is left out")
         try:
             self.container.start_encoding()
@@ -192,18 +225,22 @@ class VideoWriter:
 
     @property
     def copied_streams(self) -> set[int]:
-        return set(self.copies)
+        """Input streams whose packets this writer takes (copied or re-encoded)."""
+        return set(self.copies) | set(self.transcodes)
 
     def write_packet(self, packet: av.Packet) -> None:
-        """Queue a packet of a copied stream; it is muxed once the video has reached its time."""
-        self._pending.append(packet)
+        """Take a packet of another stream; it is muxed once the video has reached its time."""
+        transcoder = self.transcodes.get(packet.stream.index)
+        if transcoder is None:
+            packet.stream = self.copies[packet.stream.index]
+            self._pending.append(packet)
+        else:
+            self._pending += transcoder.encode(packet)
 
     def _mux_pending(self, until: float | None) -> None:
         keep = []
         for packet in self._pending:
-            t = float(packet.dts * packet.time_base)
-            if until is None or t <= until:
-                packet.stream = self.copies[packet.stream.index]
+            if until is None or packet.dts is None or float(packet.dts * packet.time_base) <= until:
                 self.container.mux(packet)
             else:
                 keep.append(packet)
@@ -243,6 +280,8 @@ class VideoWriter:
         """Flush, finish the file and move it into place."""
         try:
             self._mux_video(self.video.encode(None))
+            for transcoder in self.transcodes.values():
+                self._pending += transcoder.encode(None)
             self._mux_pending(None)
             self.container.close()
         except av.FFmpegError as exc:
