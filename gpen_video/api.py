@@ -54,20 +54,22 @@ class Summary:
 
 
 def _devices(gpus: list[int] | None, device: str | None) -> list[str]:
-    if device == "cpu":
-        return ["cpu"]
-    if device not in (None, "cuda"):
+    if device not in (None, "cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda")
     available = torch.cuda.device_count()
-    if gpus is None:
+    missing = [g for g in gpus or [] if not 0 <= g < available]
+    if missing:
+        raise UsageError(f"GPU {missing[0]} does not exist ({available} CUDA GPU(s) visible)")
+    if device == "cpu":
+        if gpus:
+            raise UsageError("--gpus and --device cpu contradict each other; give one")
+        return ["cpu"]
+    if not gpus:
         if available == 0:
             if device == "cuda":
                 raise UsageError("--device cuda was asked for, but no CUDA GPU is visible")
             return ["cpu"]
         gpus = [0]
-    missing = [g for g in gpus if not 0 <= g < available]
-    if missing:
-        raise UsageError(f"GPU {missing[0]} does not exist ({available} CUDA GPU(s) visible)")
     return [f"cuda:{g}" for g in dict.fromkeys(gpus)]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -27,6 +28,10 @@ def _gpus(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--gpus takes GPU numbers like 0,1; got {text!r}") from None
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from .api import IMAGE_EXTENSIONS, restore_image, restore_video
 
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     common = dict(gpus=args.gpus, device=args.device, model=args.model, weights=args.weights,
                   precision=args.precision, detector=args.detector, detector_weights=args.detector_weights,

@@ -246,9 +246,9 @@ class Pipeline:
                    threading.Thread(target=self._guard(self._encode), name="encode")]
         threads += [threading.Thread(target=self._guard(lambda w=w: self._work(w)), name=f"worker-{w.device}")
                     for w in self.workers]
-        for t in threads:
-            t.start()
         try:
+            for t in threads:
+                t.start()
             threads[2].join()  # the encoder finishes last when all goes well
             if not self.errors:
                 for _ in self.workers:
@@ -259,21 +259,29 @@ class Pipeline:
                     if self.errors:
                         self.stop.set()
         except BaseException:  # Ctrl-C lands in the main thread: stop the stages, then let it propagate
-            self.stop.set()
-            for t in threads:
-                t.join()
-            self.writer.abort()
+            self._shut_down(threads)
             raise
         if self.errors:
-            self.stop.set()
-            for t in threads:
-                t.join()
-            self.writer.abort()
+            self._shut_down(threads)
             raise self.errors[0]
         if self.tracks is not None:
             self.tracks.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
                               time.perf_counter() - start, dict(self.clock.busy))
+
+    def _shut_down(self, threads: list[threading.Thread]) -> None:
+        """Stop every stage and wait for it, even through another Ctrl-C, before the files go:
+        a stage still inside FFmpeg when its container closes would crash the process."""
+        self.stop.set()
+        for t in threads:
+            while t.ident is not None and t.is_alive():
+                try:
+                    t.join()
+                except KeyboardInterrupt:
+                    continue
+        self.writer.abort()
+        if self.tracks is not None:
+            self.tracks.abort()
 
 
 def _box_size(box) -> float:

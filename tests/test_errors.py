@@ -1,0 +1,104 @@
+"""Bad input gets one clear line and exit code 1; nothing appears at OUTPUT; the input is untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import shared_file
+
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
+
+
+def _run(*args: object, weights: Path) -> subprocess.CompletedProcess:
+    extra = ["--device", "cpu", "--weights", str(weights), "--detector", "retinaface-mobile",
+             "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth"))]
+    return subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args), *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
+    (tmp / "empty.mp4").write_bytes(b"")
+    (tmp / "notes.mp4").write_text("this is not a video\n")
+    (tmp / "truncated.mp4").write_bytes(SAMPLE.read_bytes()[:60_000])
+    (tmp / "adir").mkdir()
+    link = tmp / "link.mp4"
+    link.symlink_to(tmp / "copy.mp4")
+    (tmp / "copy.mp4").write_bytes(SAMPLE.read_bytes())
+    not_gpen = tmp / "not_gpen.pth"
+    torch.save({"conv.weight": torch.zeros(3)}, not_gpen)
+    cut = tmp / "cut.pth"
+    cut.write_bytes(small_gpen.read_bytes()[:200_000])
+    out = tmp / "out.mp4"
+    return {
+        "missing": ([tmp / "missing.mp4", out], "input not found"),
+        "directory": ([tmp / "adir", out], "is a directory"),
+        "zero bytes": ([tmp / "empty.mp4", out], "empty file"),
+        "text file": ([tmp / "notes.mp4", out], "cannot read"),
+        "truncated mp4": ([tmp / "truncated.mp4", out], "cannot read"),
+        "output is input": ([tmp / "copy.mp4", tmp / "copy.mp4", "--overwrite"], "OUTPUT is the input"),
+        "output via link": ([tmp / "copy.mp4", link, "--overwrite"], "OUTPUT is the input"),
+        "no output dir": ([SAMPLE, tmp / "nowhere" / "out.mp4"], "output directory does not exist"),
+        "bad extension": ([SAMPLE, tmp / "out.avi"], "unsupported output extension"),
+        "no such encoder": ([SAMPLE, out, "--codec", "h264_nvenc"], "h264_nvenc"),
+        "not a gpen checkpoint": ([SAMPLE, out, "--weights", not_gpen], "not a GPEN checkpoint"),
+        "truncated checkpoint": ([SAMPLE, out, "--weights", cut], "truncated or corrupt"),
+        "missing gpu": ([SAMPLE, out, "--gpus", "7"], "GPU 7 does not exist"),
+        "zero batch": ([SAMPLE, out, "--batch-size", "0"], "batch size must be a positive integer"),
+        "strength above 1": ([SAMPLE, out, "--strength", "1.5"], "strength must be in [0, 1]"),
+    }
+
+
+CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4", "output is input", "output via link",
+              "no output dir", "bad extension", "no such encoder", "not a gpen checkpoint", "truncated checkpoint",
+              "missing gpu", "zero batch", "strength above 1"]
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_bad_input_fails_cleanly(case, small_gpen, tmp_path):
+    args, message = _cases(tmp_path, small_gpen)[case]
+    if case == "missing gpu" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a GPU 7")
+    before = {p: _digest(p) for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
+    run = _run(*args, weights=small_gpen) if "--weights" not in args else _run_with_weights(args)
+    assert run.returncode == 1, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpen-video: error: ") and message in lines[0], run.stderr
+    after = {p: _digest(p) for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert after == before  # no output, no temp file, inputs unchanged
+
+
+def _run_with_weights(args: list) -> subprocess.CompletedProcess:
+    """Cases that bring their own --weights (the last one given wins with argparse)."""
+    i = args.index("--weights")
+    return _run(*args[:i], *args[i + 2 :], weights=args[i + 1])
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_interrupt_exits_130_and_leaves_nothing(sig, small_gpen, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "out.mp4"
+    args = [sys.executable, "-m", "gpen_video.cli", SAMPLE, out, "--device", "cpu", "--weights", small_gpen,
+            "--detector", "retinaface-mobile", "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth")]
+    proc = subprocess.Popen(list(map(str, args)), stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while "frame/s" not in seen:  # wait until frames are flowing through every stage
+        seen += proc.stderr.read(1)
+        assert proc.poll() is None, seen
+    proc.send_signal(getattr(signal, sig))
+    start = time.perf_counter()
+    proc.wait(timeout=30)
+    assert time.perf_counter() - start < 10
+    assert proc.returncode == 130
+    assert list(tmp_path.iterdir()) == []
