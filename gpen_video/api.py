@@ -163,8 +163,10 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
             raise
     finally:
         container.close()
+    memory = [f"{w.device}: out of memory {w.out_of_memory} time(s), GPEN batch lowered to {w.face_batch}"
+              for w in workers if w.out_of_memory]
     return Summary(output, result.frames, result.faces, result.frames_with_faces, result.seconds, result.busy,
-                   writer.warnings)
+                   writer.warnings + memory)
 
 
 def restore_image(input: str | Path, output: str | Path, *, device: str | None = None,

@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
+    logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
     common = dict(gpus=args.gpus, device=args.device, model=args.model, weights=args.weights,
                   precision=args.precision, detector=args.detector, detector_weights=args.detector_weights,
                   threshold=args.threshold, min_face=args.min_face, max_faces=args.max_faces,

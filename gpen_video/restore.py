@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from .faces.align import invert_affine, reference_points, similarity_transforms,
 from .faces.detect import Face, FaceDetector
 from .model import build_inference_model
 from .model.graphs import GraphedModel
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,9 +51,16 @@ class DeviceWorker:
         self.device = torch.device(settings.device)
         model = build_inference_model(state_dict, device=self.device, precision=settings.precision)
         self.crop_size = model.config.size
+        self.face_batch = settings.face_batch
+        self.out_of_memory = 0  # times the batch was halved
         self.model: Callable[[torch.Tensor], torch.Tensor] = model
         if settings.compile and self.device.type == "cuda":
             self.model = GraphedModel(torch.compile(model, fullgraph=True, dynamic=False))
+            # Compile and capture now, in the caller's thread: workers must not compile concurrently
+            # (dynamo is not thread-safe), and the 30-odd seconds belong before the first frame.
+            log.info("compiling GPEN for %s (once per run, about half a minute)", self.device)
+            with torch.no_grad():
+                self.model(torch.zeros(settings.face_batch, 3, self.crop_size, self.crop_size, device=self.device))
         # The detector runs in fp32: in fp16 RetinaFace found none of the ~6 small faces per frame of
         # the 1080p crowd clip on an H200 (fp32 found all), and it is a small share of the work.
         self.detector = FaceDetector(settings.detector, settings.detector_weights, device=self.device,
@@ -64,16 +74,31 @@ class DeviceWorker:
 
     @torch.no_grad()
     def _gpen(self, crops: torch.Tensor) -> torch.Tensor:
-        """Restored crops in [0, 255], in fixed-size batches (padded) so compiled graphs are reused."""
-        batch = self.settings.face_batch
+        """Restored crops in [0, 255], in fixed-size batches (padded) so compiled graphs are reused.
+
+        On CUDA out-of-memory the batch is halved for good and the same faces are run again: no
+        face is dropped or repeated.
+        """
         out = []
-        for start in range(0, len(crops), batch):
+        start = 0
+        while start < len(crops):
+            batch = self.face_batch
             chunk = crops[start : start + batch]
             n = len(chunk)
             if n < batch and self.settings.compile:
                 chunk = torch.cat([chunk, chunk[-1:].expand(batch - n, -1, -1, -1)])
-            y = self.model(chunk / 127.5 - 1.0)[:n]  # official normalisation: (x/255 - 0.5) / 0.5
+            try:
+                y = self.model(chunk / 127.5 - 1.0)[:n]  # official normalisation: (x/255 - 0.5) / 0.5
+            except torch.cuda.OutOfMemoryError:
+                if batch == 1:
+                    raise
+                self.face_batch = batch // 2
+                self.out_of_memory += 1
+                torch.cuda.empty_cache()
+                log.warning("CUDA out of memory on %s: GPEN batch halved to %d", self.device, self.face_batch)
+                continue
             out.append(((y * 0.5 + 0.5).clamp(0, 1) * 255).float())
+            start += n
         return torch.cat(out) if out else crops
 
     @torch.no_grad()

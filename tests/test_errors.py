@@ -102,3 +102,20 @@ def test_interrupt_exits_130_and_leaves_nothing(sig, small_gpen, tmp_path):
     assert time.perf_counter() - start < 10
     assert proc.returncode == 130
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_is_a_clean_error_and_leaves_no_partial_file(small_gpen, tmp_path):
+    import resource
+
+    def small_disk() -> None:  # files may not grow past 300 kB: the output will hit that
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+
+    out = tmp_path / "out.mkv"
+    args = [sys.executable, "-m", "gpen_video.cli", SAMPLE, out, "--codec", "ffv1", "--device", "cpu",
+            "--weights", small_gpen, "--detector", "retinaface-mobile",
+            "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth"), "--quiet"]
+    run = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=300, preexec_fn=small_disk)
+    assert run.returncode == 1, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpen-video: error: ") and "File too large" in lines[0], run.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+import torch
 
 from gpen_video import restore as restore_module
 from gpen_video.api import restore_video
@@ -88,3 +89,31 @@ def test_peak_memory_does_not_grow_with_video_length(small_gpen, tmp_path):
                              capture_output=True, text=True, check=True, timeout=900)
         peaks[loops] = int(run.stdout.split()[-1])
     assert peaks[4] < 1.1 * peaks[1], peaks
+
+
+def test_out_of_memory_halves_the_batch_and_loses_no_face(small_gpen, tmp_path, monkeypatch):
+    reference = tmp_path / "reference.mkv"
+    restore_video(SAMPLE, reference, codec="ffv1", batch_size=8, **_options(small_gpen))
+
+    real_gpen = restore_module.DeviceWorker._gpen
+
+    def tight_memory(self, crops):
+        model = self.model
+
+        def limited(x):
+            if len(x) > 2:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+            return model(x)
+
+        self.model = limited
+        try:
+            return real_gpen(self, crops)
+        finally:
+            self.model = model
+
+    monkeypatch.setattr(restore_module.DeviceWorker, "_gpen", tight_memory)
+    out = tmp_path / "out.mkv"
+    summary = restore_video(SAMPLE, out, codec="ffv1", batch_size=8, **_options(small_gpen))
+    assert summary.faces == 100
+    assert summary.warnings == ["cpu: out of memory 2 time(s), GPEN batch lowered to 2"]
+    assert all(np.array_equal(a, b) for a, b in zip(_frames(reference), _frames(out), strict=True))
