@@ -24,7 +24,6 @@ from pathlib import Path
 import av
 import numpy as np
 import torch
-
 from official_style import official_style_fps
 
 from gpen_video.api import restore_video
