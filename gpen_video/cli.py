@@ -31,6 +31,9 @@ def _gpus(text: str) -> list[int]:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    """Stop like Ctrl-C, once: further signals must not interrupt the clean-up they asked for."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from .api import IMAGE_EXTENSIONS, restore_image, restore_video
 
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)

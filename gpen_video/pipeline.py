@@ -10,6 +10,7 @@ Any stage's error stops every stage and reaches the caller; nothing is left at O
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
@@ -91,6 +92,10 @@ class Pipeline:
         self.slots = threading.Semaphore(in_flight)
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0}
         self.frames_decoded = 0
+        # Stage threads still running, counted by the stages themselves: an interrupted
+        # Thread.join() can report a thread as finished while it still runs.
+        self.active = 0
+        self.running = threading.Condition()
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -117,13 +122,22 @@ class Pipeline:
             except BaseException as exc:  # every failure must stop the other stages and reach the caller
                 self.errors.append(exc)
                 self.stop.set()
+            finally:
+                with self.running:
+                    self.active -= 1
+                    self.running.notify_all()
         return run
 
     # ---- stages ---------------------------------------------------------------------------------
 
     def _decode(self) -> None:
+        # Closed here, in this thread, however it ends: a demux generator finalised later, after its
+        # container is closed, would touch freed FFmpeg state.
+        with contextlib.closing(demux(self.container, self.writer.copied_streams)) as items:
+            self._decode_from(items)
+
+    def _decode_from(self, items: Iterator[SourceFrame | av.Packet]) -> None:
         batch: list[SourceFrame] = []
-        items: Iterator = demux(self.container, self.writer.copied_streams)
         while True:
             t0 = time.perf_counter()
             item = next(items, None)
@@ -248,6 +262,8 @@ class Pipeline:
                     for w in self.workers]
         try:
             for t in threads:
+                with self.running:
+                    self.active += 1
                 t.start()
             threads[2].join()  # the encoder finishes last when all goes well
             if not self.errors:
@@ -273,12 +289,20 @@ class Pipeline:
         """Stop every stage and wait for it, even through another Ctrl-C, before the files go:
         a stage still inside FFmpeg when its container closes would crash the process."""
         self.stop.set()
+        while True:
+            try:
+                with self.running:
+                    while self.active:
+                        self.running.wait(timeout=_POLL)
+                break
+            except KeyboardInterrupt:
+                continue
         for t in threads:
-            while t.ident is not None and t.is_alive():
-                try:
-                    t.join()
-                except KeyboardInterrupt:
-                    continue
+            if t.ident is not None:
+                t.join()
+        for q in (self.tasks, self.detected, self.to_encode):  # frames and packets go while FFmpeg is open
+            while not q.empty():
+                q.get_nowait()
         self.writer.abort()
         if self.tracks is not None:
             self.tracks.abort()

@@ -294,6 +294,7 @@ class VideoWriter:
 
     def abort(self) -> None:
         """Drop the partial output."""
+        self._pending = []
         try:
             self.container.close()
         except Exception:  # the file is being thrown away; its trailer does not matter
