@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .faces.detect import DEFAULT_DETECTOR, DETECTORS
+from .faces.detect import DEFAULT_DETECTOR, DETECTORS, box_size
 from .faces.track import FaceTracker, track_faces
 from .faces.tracks_file import TracksWriter
 from .pipeline import Pipeline
@@ -192,8 +192,7 @@ def restore_image(input: str | Path, output: str | Path, *, device: str | None =
     rgb = np.ascontiguousarray(bgr[:, :, ::-1])
     found = worker.detect([rgb])[0]
     tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
-    result = worker.restore([rgb], [[(f.landmarks, min(f.box[2] - f.box[0], f.box[3] - f.box[1]))
-                                     for f in tracked.faces]])[0]
+    result = worker.restore([rgb], [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])[0]
     tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
     try:
         if not cv2.imwrite(str(tmp), np.ascontiguousarray(result.image[:, :, ::-1])):

@@ -21,6 +21,7 @@ from typing import Any
 
 import av
 
+from .faces.detect import box_size
 from .faces.track import FaceTracker, TrackedFrame
 from .faces.tracks_file import TracksWriter
 from .restore import DeviceWorker, Restored
@@ -169,7 +170,7 @@ class Pipeline:
                 frames: list[tuple[SourceFrame, TrackedFrame]] = task.payload
                 t0 = time.perf_counter()
                 restored = worker.restore([s.image for s, _ in frames],
-                                          [[(f.landmarks, _box_size(f.box)) for f in t.faces] for _, t in frames])
+                                          [[(f.landmarks, box_size(f.box)) for f in t.faces] for _, t in frames])
                 self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
                 for (source, _), result in zip(frames, restored):
                     self.to_encode.put(("frame", (source, result)))
@@ -306,7 +307,3 @@ class Pipeline:
         self.writer.abort()
         if self.tracks is not None:
             self.tracks.abort()
-
-
-def _box_size(box) -> float:
-    return float(min(box[2] - box[0], box[3] - box[1]))

@@ -35,8 +35,12 @@ class Face:
 
     @property
     def size(self) -> float:
-        """The shorter side of the box: what the official code compares with 100 px."""
-        return float(min(self.box[2] - self.box[0], self.box[3] - self.box[1]))
+        return box_size(self.box)
+
+
+def box_size(box: np.ndarray) -> float:
+    """The shorter side of a face box: what the official code compares with 100 px."""
+    return float(min(box[2] - box[0], box[3] - box[1]))
 
 
 def detector_weights(name: str, path: str | Path | None = None, progress: bool = True) -> Path:
