@@ -94,14 +94,36 @@ def transcode_fps(src: Path, dst: Path, settings: EncoderSettings) -> float:
     return frames / (time.perf_counter() - start)
 
 
+class _Rows(dict):
+    """The numbers so far, printed and saved as each arrives: a run cut short still reports them."""
+
+    def __init__(self, path: str | None) -> None:
+        super().__init__()
+        self.path = path
+
+    def __setitem__(self, key: str, value: object) -> None:
+        super().__setitem__(key, value)
+        print(f"{key}: {value}", flush=True)
+        if self.path:
+            Path(self.path).write_text(json.dumps(self, indent=1))
+
+
+def _busy(summary) -> dict[str, float]:
+    return {k: round(v / summary.seconds, 3) for k, v in sorted(summary.busy.items())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weights", required=True, help="a GPEN checkpoint (random weights time the same)")
+    ap.add_argument("--weights", help="a GPEN checkpoint (default: the official GPEN-BFR-512, downloaded once); "
+                                      "random weights time the same")
     ap.add_argument("--detector", default="retinaface-mobile")
-    ap.add_argument("--detector-weights", required=True)
+    ap.add_argument("--detector-weights", help="default: the official file, downloaded once")
+    ap.add_argument("--gpus", default="0", help="GPUs for the multi-GPU rows, e.g. 0,1 (one GPU: those rows are left out)")
     ap.add_argument("--seconds", type=float, default=60.0, help="length of the one-face clip")
     ap.add_argument("--crowd-seconds", type=float, default=20.0)
     ap.add_argument("--preset", default="veryfast")
+    ap.add_argument("--crowd-preset", default="ultrafast",
+                    help="x264 preset of the crowd runs: fast enough that the GPUs, not the encoder, set the pace")
     ap.add_argument("--baseline-frames", type=int, default=150, help="frames the official-style baseline runs")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--precision", default=None)
@@ -109,43 +131,62 @@ def main() -> None:
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args()
 
+    gpus = [int(g) for g in args.gpus.split(",")]
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     size = None if args.smoke else (1920, 1080)
     seconds, crowd_seconds = (2.0, 1.0) if args.smoke else (args.seconds, args.crowd_seconds)
     settings = EncoderSettings(preset=args.preset)
-    options = dict(device=device, weights=args.weights, detector=args.detector, detector_weights=args.detector_weights,
+    options = dict(weights=args.weights, detector=args.detector, detector_weights=args.detector_weights,
                    batch_size=args.batch_size, precision=args.precision, preset=args.preset, progress=False,
                    overwrite=True)
-    rows: dict[str, object] = {"device": torch.cuda.get_device_name() if device == "cuda" else "CPU"}
+    one_gpu = {"device": "cpu"} if device == "cpu" else {"gpus": gpus[:1]}
+    rows = _Rows(args.json)
+    rows["device"] = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    rows["cpu_cores"] = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         one_face = build_clip(SHARED / "talking_head_speech_retalking2.mp4", tmp_path / "one.mp4", seconds, size)
         crowd = build_clip(SHARED / "multi_face_crowd_facenet_pytorch.mp4", tmp_path / "crowd.mp4", crowd_seconds,
                            size)
         rows["transcode_fps"] = transcode_fps(one_face, tmp_path / "t.mp4", settings)
-        warm = restore_video(crowd, tmp_path / "warm.mp4", **options)  # compiles the model: not timed
+        warm = restore_video(crowd, tmp_path / "warm.mp4", **one_gpu, **options)  # first batches autotune: not timed
         rows["warmup_seconds"] = warm.seconds
-        ours = restore_video(one_face, tmp_path / "o.mp4", **options)
+        ours = restore_video(one_face, tmp_path / "o.mp4", **one_gpu, **options)
         rows["our_fps"] = ours.fps
         rows["ratio"] = ours.fps / rows["transcode_fps"]
-        rows["one_face_busy"] = {k: round(v / ours.seconds, 3) for k, v in ours.busy.items()}
+        rows["one_face_busy"] = _busy(ours)
         baseline_frames = 10 if args.smoke else args.baseline_frames
         rows["baseline_fps"] = official_style_fps(one_face, tmp_path / "b.mp4", args.weights, args.detector,
                                                   args.detector_weights, settings, device, limit=baseline_frames)
         rows["speedup"] = rows["our_fps"] / rows["baseline_fps"]
-        many = restore_video(crowd, tmp_path / "c.mp4", **options)
+        crowd_options = {**options, "preset": args.crowd_preset}
+        rows["crowd_transcode_fps"] = transcode_fps(crowd, tmp_path / "ct.mp4", EncoderSettings(preset=args.crowd_preset))
+        many = restore_video(crowd, tmp_path / "c.mp4", **one_gpu, **crowd_options)
         rows["crowd_faces_per_s"] = many.faces / many.seconds
+        rows["crowd_fps"] = many.fps
         rows["crowd_faces_per_frame"] = many.faces / many.frames
-        rows["crowd_busy"] = {k: round(v / many.seconds, 3) for k, v in many.busy.items()}
+        rows["crowd_busy"] = _busy(many)
+        if device == "cuda" and len(gpus) > 1:
+            all_gpus = {"gpus": gpus}
+            many_all = restore_video(crowd, tmp_path / "c2.mp4", **all_gpus, **crowd_options)
+            rows["gpus"] = len(gpus)
+            rows["crowd_faces_per_s_all_gpus"] = many_all.faces / many_all.seconds
+            rows["crowd_scaling"] = rows["crowd_faces_per_s_all_gpus"] / rows["crowd_faces_per_s"]
+            rows["crowd_busy_all_gpus"] = _busy(many_all)
+            ours_all = restore_video(one_face, tmp_path / "o2.mp4", **all_gpus, **options)
+            rows["our_fps_all_gpus"] = ours_all.fps
+            rows["one_face_busy_all_gpus"] = _busy(ours_all)
     rows["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps(rows, indent=1))
     print(f"\n| transcode fps | our fps (1 face) | ratio | official-style fps | speed-up | crowd faces/s | "
           f"faces/frame | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n"
           f"| {rows['transcode_fps']:.1f} | {rows['our_fps']:.1f} | {rows['ratio']:.2f} | {rows['baseline_fps']:.2f} | "
           f"{rows['speedup']:.1f} | {rows['crowd_faces_per_s']:.1f} | {rows['crowd_faces_per_frame']:.1f} | "
           f"{rows['peak_rss_mib']:.0f} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if "gpus" in rows:
+        print(f"\n| GPUs | crowd faces/s | scaling | one-face fps | transcode fps |\n|---|---|---|---|---|\n"
+              f"| 1 | {rows['crowd_faces_per_s']:.1f} | 1.00 | {rows['our_fps']:.1f} | {rows['transcode_fps']:.1f} |\n"
+              f"| {rows['gpus']} | {rows['crowd_faces_per_s_all_gpus']:.1f} | {rows['crowd_scaling']:.2f} | "
+              f"{rows['our_fps_all_gpus']:.1f} | {rows['transcode_fps']:.1f} |")
 
 
 if __name__ == "__main__":

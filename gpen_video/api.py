@@ -190,12 +190,14 @@ def restore_image(input: str | Path, output: str | Path, *, device: str | None =
     state_dict, _ = load_gpen_weights(model, weights, progress)
     worker = DeviceWorker(state_dict, settings)
     rgb = np.ascontiguousarray(bgr[:, :, ::-1])
-    found = worker.detect([rgb])[0]
+    frame = torch.from_numpy(rgb).to(worker.device).permute(2, 0, 1)[None].float()
+    found = worker.detector.detect_rgb(frame)[0]
     tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
-    result = worker.restore([rgb], [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])[0]
+    restored, _ = worker.restore_rgb(frame, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])
+    image = restored[0].permute(1, 2, 0).to(torch.uint8).cpu().numpy()
     tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
     try:
-        if not cv2.imwrite(str(tmp), np.ascontiguousarray(result.image[:, :, ::-1])):
+        if not cv2.imwrite(str(tmp), np.ascontiguousarray(image[:, :, ::-1])):
             raise OutputError(f"cannot write {output}")
         os.replace(tmp, output)
     finally:
@@ -204,4 +206,5 @@ def restore_image(input: str | Path, output: str | Path, *, device: str | None =
         writer = TracksWriter(Path(tracks_out))
         writer.add(tracked)
         writer.close()
-    return Summary(output, 1, result.faces, int(result.faces > 0), time.perf_counter() - start)
+    faces = len(tracked.faces)
+    return Summary(output, 1, faces, int(faces > 0), time.perf_counter() - start)

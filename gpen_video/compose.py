@@ -71,11 +71,11 @@ class Compositor:
         x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, width), min(y1, height)
         return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
 
-    def paste(self, frame: torch.Tensor, faces: list[PastedFace]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``frame`` (H, W, 3) uint8 with ``faces`` pasted (where several overlap, the larger mask
-        wins), and the (H, W) bool mask of the pixels the masks reach; all others are untouched."""
-        height, width = frame.shape[:2]
-        image = frame.permute(2, 0, 1).float()
+    def paste(self, image: torch.Tensor, faces: list[PastedFace]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``image`` (3, H, W), float RGB in whole levels, with ``faces`` pasted (where several
+        overlap, the larger mask wins), and the (H, W) bool mask of the pixels the masks reach;
+        every other pixel keeps its exact value."""
+        height, width = image.shape[1:]
         face_layer = torch.zeros_like(image)
         mask_layer = torch.zeros_like(image[:1])
         for face in faces:
@@ -85,7 +85,7 @@ class Compositor:
             x0, y0, x1, y1 = region
             frame_to_crop = np.linalg.inv(np.vstack([face.crop_to_frame, [0, 0, 1]]))[:2]
             grid = sampling_grid(frame_to_crop[None], y1 - y0, x1 - x0, self.crop_size, self.crop_size,
-                                 origin=(x0, y0), device=frame.device)
+                                 origin=(x0, y0), device=image.device)
             warped = F.grid_sample(self._prepare(face)[None], grid, mode="bicubic", padding_mode="zeros",
                                    align_corners=False)[0]
             face_rgb, mask = warped[:3].clamp(0, 255), warped[3:].clamp(0, 1)
@@ -95,5 +95,4 @@ class Compositor:
             face_layer[:, y0:y1, x0:x1] = torch.where(wins, face_rgb, face_layer[:, y0:y1, x0:x1])
         blended = image * (1 - mask_layer) + face_layer * mask_layer
         reached = mask_layer > 0
-        out = torch.where(reached, blended.round().clamp(0, 255), image)
-        return out.to(torch.uint8).permute(1, 2, 0), reached[0]
+        return torch.where(reached, blended.round().clamp(0, 255), image), reached[0]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import av
+import numpy as np
 
 from .faces.detect import box_size
 from .faces.track import FaceTracker, TrackedFrame
@@ -163,13 +164,13 @@ class Pipeline:
             task = self._get(self.tasks)
             if task.kind == "detect":
                 t0 = time.perf_counter()
-                faces = worker.detect([f.image for f in task.payload])
+                faces, thumbnails = worker.detect(task.payload)
                 self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
-                self.detected.put(("batch", (task.payload, faces)))
+                self.detected.put(("batch", (task.payload, faces, thumbnails)))
             elif task.kind == "restore":
                 frames: list[tuple[SourceFrame, TrackedFrame]] = task.payload
                 t0 = time.perf_counter()
-                restored = worker.restore([s.image for s, _ in frames],
+                restored = worker.restore([s for s, _ in frames],
                                           [[(f.landmarks, box_size(f.box)) for f in t.faces] for _, t in frames])
                 self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
                 for (source, _), result in zip(frames, restored):
@@ -179,7 +180,7 @@ class Pipeline:
 
     def _track(self) -> None:
         """Puts detection batches back in order and tracks frame by frame."""
-        waiting: dict[int, tuple[list[SourceFrame], list]] = {}  # detected batches by first frame index
+        waiting: dict[int, tuple[list[SourceFrame], list, np.ndarray]] = {}  # detected batches by first frame
         sources: dict[int, SourceFrame] = {}
         next_index = 0
         batch: list[tuple[SourceFrame, TrackedFrame]] = []
@@ -208,11 +209,11 @@ class Pipeline:
                 continue
             waiting[payload[0][0].index] = payload
             while next_index in waiting:
-                frames, faces = waiting.pop(next_index)
+                frames, faces, thumbnails = waiting.pop(next_index)
                 t0 = time.perf_counter()
-                for source, found in zip(frames, faces):
+                for source, found, thumbnail in zip(frames, faces, thumbnails):
                     sources[source.index] = source
-                    emit(self.tracker.push(source.index, source.time, found, source.image))
+                    emit(self.tracker.push(source.index, source.time, found, thumbnail))
                 self.clock.add("track", time.perf_counter() - t0)
                 next_index = frames[-1].index + 1
         emit(self.tracker.flush())
@@ -236,10 +237,7 @@ class Pipeline:
             while next_index in pending:
                 source, result = pending.pop(next_index)
                 t0 = time.perf_counter()
-                if result is None:
-                    self.writer.write(source)
-                else:
-                    self.writer.write(source, result.image, result.changed)
+                self.writer.write(source, result.planes if result is not None else None)
                 self.clock.add("encode", time.perf_counter() - t0)
                 faces = result.faces if result is not None else 0
                 self.counts["frames"] += 1

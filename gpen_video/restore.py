@@ -1,5 +1,9 @@
 """The work of one device: detect faces in frames, and restore the tracked faces of frames
-(align -> GPEN -> paste back). One instance per GPU (or one for the CPU)."""
+(align -> GPEN -> paste back). One instance per GPU (or one for the CPU).
+
+Frames come and go as YUV planes: they are uploaded through pinned buffers, converted to RGB on
+the device, and only the merged planes of restored frames come back.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,11 @@ import torch
 from .compose import Compositor, PastedFace
 from .faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from .faces.detect import Face, FaceDetector
+from .faces.track import scene_thumbnails
 from .model import build_inference_model
 from .model.graphs import GraphedModel
+from .video.colour import frame_planes
+from .video.decode import SourceFrame
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +43,27 @@ class DeviceSettings:
 
 @dataclass
 class Restored:
-    """A frame after restoration: the new upright RGB image and which pixels changed."""
+    """A frame after restoration: its new YUV planes (the decoded samples wherever no face reached)."""
 
-    image: np.ndarray
-    changed: np.ndarray  # bool (H, W)
+    planes: list[np.ndarray]
     faces: int
+
+
+FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
+_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
+
+
+def _runs(frames: Sequence[SourceFrame]) -> list[slice]:
+    """Consecutive frames that share size, format and layout, so they convert as one batch."""
+    def key(f: SourceFrame) -> tuple:
+        return f.frame.width, f.frame.height, f.frame.format.name, f.layout
+
+    runs, start = [], 0
+    for i in range(1, len(frames) + 1):
+        if i == len(frames) or key(frames[i]) != key(frames[start]):
+            runs.append(slice(start, i))
+            start = i
+    return runs
 
 
 class DeviceWorker:
@@ -69,8 +92,37 @@ class DeviceWorker:
         self.compositor = Compositor(self.crop_size, self.device, settings.strength)
         self.reference = reference_points(self.crop_size)
 
-    def detect(self, images: Sequence[np.ndarray]) -> list[list[Face]]:
-        return self.detector.detect(np.stack(images))
+    def _upload(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
+        """The frames' planes on the device, (N, h, w) per plane; through a pinned buffer on a GPU,
+        so the copy runs asynchronously and needs one host-side copy."""
+        host = [frame_planes(f.frame) for f in frames]
+        pinned = self.device.type == "cuda"
+        out = []
+        for k in range(3):
+            first = host[0][k]
+            staging = torch.empty((len(frames), *first.shape), dtype=_TORCH_DTYPE[first.dtype], pin_memory=pinned)
+            np.stack([planes[k] for planes in host], out=staging.numpy())
+            out.append(staging.to(self.device, non_blocking=True))
+        return out
+
+    def _download(self, planes: list[torch.Tensor]) -> list[np.ndarray]:
+        """(N, h, w) planes back on the host (pinned on a GPU), once the device is done with them."""
+        if self.device.type != "cuda":
+            return [p.numpy() for p in planes]
+        host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=True).copy_(p, non_blocking=True) for p in planes]
+        torch.cuda.current_stream(self.device).synchronize()
+        return [h.numpy() for h in host]
+
+    @torch.no_grad()
+    def detect(self, frames: Sequence[SourceFrame]) -> tuple[list[list[Face]], np.ndarray]:
+        """The faces of each frame, and each frame's scene thumbnail for the tracker's cut detection."""
+        faces: list[list[Face]] = []
+        thumbnails = []
+        for run in _runs(frames):
+            rgb = frames[run][0].layout.to_rgb(self._upload(frames[run]))
+            faces += self.detector.detect_rgb(rgb)
+            thumbnails.append(scene_thumbnails(rgb))
+        return faces, np.concatenate(thumbnails)
 
     @torch.no_grad()
     def _gpen(self, crops: torch.Tensor) -> torch.Tensor:
@@ -102,24 +154,34 @@ class DeviceWorker:
         return torch.cat(out) if out else crops
 
     @torch.no_grad()
-    def restore(self, images: Sequence[np.ndarray], faces: Sequence[Sequence[tuple[np.ndarray, float]]]) -> list[Restored]:
-        """Restore ``faces[i]`` — (landmarks (5, 2), box size) pairs — in ``images[i]`` (upright RGB)."""
-        frames = torch.from_numpy(np.stack(images)).to(self.device)
-        owner = np.array([i for i, fs in enumerate(faces) for _ in fs], dtype=np.int64)
+    def restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]]) -> list[Restored]:
+        """Restore ``faces[i]`` in ``frames[i]``; the planes come back merged with the decoded ones."""
         results = []
-        if len(owner):
-            points = np.stack([p for fs in faces for p, _ in fs])
-            transforms = similarity_transforms(points, self.reference)
-            crops = warp_faces(frames.permute(0, 3, 1, 2).float(), owner, transforms, self.crop_size)
-            restored = self._gpen(crops)
-            inverse = invert_affine(transforms)
-            sizes = [s for fs in faces for _, s in fs]
-        for i, frame in enumerate(frames):
-            picked = np.flatnonzero(owner == i)
-            if not len(picked):
-                results.append(Restored(images[i], np.zeros(images[i].shape[:2], bool), 0))
-                continue
-            pasted = [PastedFace(restored[k], crops[k], inverse[k], sizes[k]) for k in picked]
-            image, changed = self.compositor.paste(frame, pasted)
-            results.append(Restored(image.cpu().numpy(), changed.cpu().numpy(), len(picked)))
+        for run in _runs(frames):
+            layout = frames[run][0].layout
+            planes = self._upload(frames[run])
+            image, changed = self.restore_rgb(layout.to_rgb(planes), faces[run])
+            merged = self._download(layout.merge(layout.to_planes(image, planes[0].dtype), planes, changed))
+            results += [Restored([p[i] for p in merged], len(fs)) for i, fs in enumerate(faces[run])]
         return results
+
+    @torch.no_grad()
+    def restore_rgb(self, frames: torch.Tensor, faces: Sequence[Sequence[FaceSpec]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Restore ``faces[i]`` in ``frames[i]`` ((N, 3, H, W) upright RGB on this device, whole
+        levels): the new frames, and the (N, H, W) bool mask of the pixels the pasted faces reach."""
+        owner = np.array([i for i, fs in enumerate(faces) for _ in fs], dtype=np.int64)
+        if not len(owner):
+            return frames, torch.zeros_like(frames[:, 0], dtype=torch.bool)
+        points = np.stack([p for fs in faces for p, _ in fs])
+        transforms = similarity_transforms(points, self.reference)
+        crops = warp_faces(frames, owner, transforms, self.crop_size)
+        restored = self._gpen(crops)
+        inverse = invert_affine(transforms)
+        sizes = [s for fs in faces for _, s in fs]
+        images, reached = [], []
+        for i, frame in enumerate(frames):
+            pasted = [PastedFace(restored[k], crops[k], inverse[k], sizes[k]) for k in np.flatnonzero(owner == i)]
+            image, changed = self.compositor.paste(frame, pasted)
+            images.append(image)
+            reached.append(changed)
+        return torch.stack(images), torch.stack(reached)

@@ -19,8 +19,8 @@ def _paste_identity(rgb: np.ndarray, faces, size: int, restore=lambda crop: crop
     crops = warp_faces(frame.permute(2, 0, 1)[None].float(), np.zeros(len(faces), dtype=int), transforms, size)
     comp = Compositor(size, strength=strength)
     pasted = [PastedFace(restore(c), c, inv, f.size) for c, inv, f in zip(crops, invert_affine(transforms), faces)]
-    image, _ = comp.paste(frame, pasted)
-    return image.numpy(), pasted, comp
+    image, _ = comp.paste(frame.permute(2, 0, 1).float(), pasted)
+    return image.permute(1, 2, 0).to(torch.uint8).numpy(), pasted, comp
 
 
 def test_mask_is_the_official_feathered_rectangle():
@@ -37,7 +37,7 @@ def test_pixels_outside_the_masks_are_bit_identical(detector, image):
     faces = detector.detect(rgb[None])[0]
     out, pasted, comp = _paste_identity(rgb, faces, 256, restore=lambda crop: 255 - crop)  # a visibly different "face"
     changed = np.any(out != rgb, axis=2)
-    _, reached = comp.paste(torch.from_numpy(rgb), pasted)
+    _, reached = comp.paste(torch.from_numpy(rgb).permute(2, 0, 1).float(), pasted)
     assert not np.any(changed & ~reached.numpy())  # the mask the encoder relies on covers every change
     assert changed.sum() > 0
     # Recompute the union of the pasted masks independently of the compositor's own bookkeeping.

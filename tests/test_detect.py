@@ -81,19 +81,19 @@ def test_phone_videos_give_upright_faces_on_every_frame(detector, video, face_vi
     frames = list(read_frames(shared_file(f"media/videos/{video}"), limit=face_visible_frames))[::2]
     found = []
     for i in range(0, len(frames), 8):
-        found += detector.detect(np.stack([f.image for f in frames[i : i + 8]]))
+        found += detector.detect(np.stack([f.rgb() for f in frames[i : i + 8]]))
     assert all(_upright(faces[0]) for faces in found if faces)
     # A motion-blurred frame may score under the 0.9 threshold; tracking bridges such gaps, so
     # every frame the tool restores has its face.
-    tracked = track_faces((f.index, f.time, faces, f.image) for f, faces in zip(frames, found))
+    tracked = track_faces((f.index, f.time, faces, f.rgb()) for f, faces in zip(frames, found))
     assert all(t.faces for t in tracked)
 
 
 def test_rotation_tag_is_applied_to_frames(detector):
     path = shared_file("media/videos/phone_selfie_rotation90_new_face_video-90.mp4")
     frame = next(read_frames(path))
-    assert frame.image.shape == (480, 640, 3)  # stored 480x640 sideways, shown 640x480
-    sideways = np.ascontiguousarray(np.rot90(frame.image, k=1))  # as stored in the file
+    assert frame.rgb().shape == (480, 640, 3)  # stored 480x640 sideways, shown 640x480
+    sideways = np.ascontiguousarray(np.rot90(frame.rgb(), k=1))  # as stored in the file
     assert not any(_upright(f) for f in detector.detect(sideways[None])[0])
 
 

@@ -61,7 +61,7 @@ def _rotation(path: Path) -> int:
 def _decoded_rgb(path: Path, limit: int) -> list[np.ndarray]:
     from gpen_video.video.decode import read_frames
 
-    return [f.image for f in read_frames(path, limit=limit)]
+    return [f.rgb() for f in read_frames(path, limit=limit)]
 
 
 def _assert_only_face_regions_changed(src: Path, dst: Path, tracks: list[dict], crop_size: int, frames: int) -> None:

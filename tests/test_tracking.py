@@ -10,12 +10,12 @@ import pytest
 
 from gpen_video.faces.detect import Face, FaceDetector
 from gpen_video.faces.smooth import smooth_track
-from gpen_video.faces.track import FaceTracker, TrackedFrame, track_faces
+from gpen_video.faces.track import FaceTracker, TrackedFrame, scene_thumbnail, track_faces
 from gpen_video.video.decode import read_frames
 
 from .conftest import read_rgb, shared_file
 
-Frame = tuple[int, float, list[Face], np.ndarray]  # what FaceTracker.push takes
+Frame = tuple[int, float, list[Face], np.ndarray]  # what track_faces takes: index, time, faces, RGB image
 TALKING_HEADS = ["talking_head_speech_retalking2", "talking_head_speech_liveportrait_d20",
                  "talking_head_vfr_retalking1", "talking_head_speech_mpeg4_sadtalker_katiehill"]
 FRAMES = 60  # 2.4 s of each clip: the measured ratios hardly move from 50 to 100 frames
@@ -28,7 +28,7 @@ def detected_frames(detector: FaceDetector, video: str, limit: int = FRAMES,
     detected in batches and yielded one by one, as the pipeline feeds the tracker."""
     frames = read_frames(shared_file(f"media/videos/{video}.mp4"), limit)
     while batch := [frame for _, frame in zip(range(BATCH), frames)]:
-        images = [frame.image if size is None else cv2.resize(frame.image, size, interpolation=cv2.INTER_AREA)
+        images = [frame.rgb() if size is None else cv2.resize(frame.rgb(), size, interpolation=cv2.INTER_AREA)
                   for frame in batch]
         for frame, image, faces in zip(batch, images, detector.detect(np.stack(images))):
             yield frame.index, frame.time, faces, image
@@ -149,8 +149,8 @@ def test_streaming_returns_each_frame_once_in_order_within_the_lookahead(d20):
     tracker = FaceTracker()
     assert tracker.lookahead >= 5
     out: list[TrackedFrame] = []
-    for pushed, frame in enumerate(frames, start=1):
-        out += tracker.push(*frame)
+    for pushed, (index, time, faces, image) in enumerate(frames, start=1):
+        out += tracker.push(index, time, faces, scene_thumbnail(image))
         assert pushed - len(out) <= tracker.lookahead
     out += tracker.flush()
     assert [frame.index for frame in out] == [frame[0] for frame in frames]

@@ -108,14 +108,17 @@ class FaceDetector:
             self._priors[(h, w)] = PriorBox(self.cfg, image_size=(h, w)).forward().to(self.device)
         return self._priors[(h, w)]
 
-    @torch.no_grad()
     def detect(self, frames: torch.Tensor | np.ndarray) -> list[list[Face]]:
         """Faces in each of ``frames``: uint8 RGB, (N, H, W, 3), on any device. Best score first."""
+        return self.detect_rgb(torch.as_tensor(frames).to(self.device).permute(0, 3, 1, 2))
+
+    @torch.no_grad()
+    def detect_rgb(self, rgb: torch.Tensor) -> list[list[Face]]:
+        """Faces in each of ``rgb``: (N, 3, H, W) RGB in [0, 255], any dtype, on this detector's device."""
         from facexlib.detection.retinaface_utils import batched_decode, batched_decode_landm
 
-        x = torch.as_tensor(frames).to(self.device)
-        n, h, w, _ = x.shape
-        x = x.permute(0, 3, 1, 2).float() - self._mean
+        n, _, h, w = rgb.shape
+        x = rgb.float() - self._mean
         if max(h, w) > self.downscale_above:
             scale = self.detect_long_side / max(h, w)
             x = F.interpolate(x, size=(round(h * scale), round(w * scale)), mode="bilinear", align_corners=False)

@@ -21,6 +21,12 @@ class GraphedModel:
         self._pool = None
 
     def _capture(self, x: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+        # Capture runs on the current device's streams: it must be the input's (GPU 1's worker
+        # would otherwise capture on GPU 0's stream and fail).
+        with torch.cuda.device(x.device):
+            return self._capture_here(x)
+
+    def _capture_here(self, x: torch.Tensor) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
         static_in = x.clone()
         side = torch.cuda.Stream(x.device)
         side.wait_stream(torch.cuda.current_stream(x.device))
@@ -29,7 +35,9 @@ class GraphedModel:
                 self.model(static_in)
         torch.cuda.current_stream(x.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
+        # An explicit capture stream: torch.cuda.graph's default one is created once, on whichever
+        # device was current then, and a second GPU's capture would run on the first GPU's stream.
+        with torch.cuda.graph(graph, pool=self._pool, stream=side), torch.no_grad():
             static_out = self.model(static_in)
         self._pool = graph.pool()  # graphs of different batch sizes share one memory pool
         return graph, static_in, static_out
@@ -40,6 +48,7 @@ class GraphedModel:
         if key not in self._graphs:
             self._graphs[key] = self._capture(x)
         graph, static_in, static_out = self._graphs[key]
-        static_in.copy_(x)
-        graph.replay()
-        return static_out.clone()
+        with torch.cuda.device(x.device):
+            static_in.copy_(x)
+            graph.replay()
+            return static_out.clone()

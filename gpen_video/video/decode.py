@@ -1,5 +1,6 @@
-"""Decoding: upright RGB frames for the face stages, plus everything the encoder needs to leave the
-rest of the file as it was (the original YUV frame, its timestamp, the other streams' packets)."""
+"""Decoding: the video's frames as planar YUV, as decoded (the devices convert them for the face
+stages), plus what the encoder needs to leave the rest of the file as it was (timestamps, the
+other streams' packets)."""
 
 from __future__ import annotations
 
@@ -10,53 +11,12 @@ from pathlib import Path
 
 import av
 import numpy as np
-from av.video.reformatter import ColorRange, Colorspace, Interpolation
 
-#: swscale flags for colour conversions: exact rounding and full chroma interpolation cost little
-#: next to decoding and keep a YUV -> RGB -> YUV round trip within a level or two.
-EXACT = Interpolation.BILINEAR | Interpolation.ACCURATE_RND | Interpolation.FULL_CHR_H_INT
+from .colour import PlaneLayout, as_planar_yuv, to_rgb
 
 
 class InputError(RuntimeError):
     """The input cannot be read as a video (or image). The message is one line."""
-
-
-def upright(image: np.ndarray, rotation: int) -> np.ndarray:
-    """Turn a decoded frame the way a player shows it.
-
-    ``rotation`` is the display matrix's counter-clockwise angle in degrees (PyAV's
-    ``frame.rotation``); a phone video tagged -90 is stored sideways and shown turned clockwise.
-    """
-    return np.ascontiguousarray(np.rot90(image, k=round(rotation / 90) % 4))
-
-
-def stored(image: np.ndarray, rotation: int) -> np.ndarray:
-    """The inverse of :func:`upright`: back to the orientation the file stores."""
-    return np.ascontiguousarray(np.rot90(image, k=-round(rotation / 90) % 4))
-
-
-#: FFmpeg's AVColorSpace tags -> swscale's matrix ids (they agree except where noted).
-_SWS_MATRIX = {1: Colorspace.ITU709, 4: Colorspace.FCC, 5: Colorspace.ITU601, 6: Colorspace.ITU601,
-               7: Colorspace.SMPTE240M, 9: Colorspace.BT2020, 10: Colorspace.BT2020}
-_UNSPECIFIED = 2
-
-
-def rgb_matrix(frame: av.VideoFrame) -> tuple[int, int]:
-    """The swscale (matrix, range) that converts ``frame`` as players show it: its own tags, else
-    what they assume for untagged video (BT.709 from 720 lines up, BT.601 below; limited range)."""
-    if frame.colorspace == _UNSPECIFIED or frame.colorspace not in _SWS_MATRIX:
-        matrix = Colorspace.ITU709 if min(frame.width, frame.height) >= 720 else Colorspace.ITU601
-    else:
-        matrix = _SWS_MATRIX[frame.colorspace]
-    return int(matrix), int(frame.color_range or ColorRange.MPEG)
-
-
-def to_rgb(frame: av.VideoFrame) -> np.ndarray:
-    """Upright RGB24 of a decoded frame, converted with the frame's own matrix and range."""
-    colorspace, color_range = rgb_matrix(frame)
-    rgb = frame.reformat(format="rgb24", src_colorspace=colorspace, dst_colorspace=colorspace,
-                         src_color_range=color_range, dst_color_range=ColorRange.JPEG, interpolation=EXACT)
-    return upright(rgb.to_ndarray(), frame.rotation)
 
 
 @dataclass
@@ -64,12 +24,16 @@ class SourceFrame:
     """One decoded video frame and where it sits in time."""
 
     index: int
-    frame: av.VideoFrame  # as decoded: the encoder keeps its samples wherever no face changed
-    image: np.ndarray  # (H, W, 3) uint8 RGB, upright
+    frame: av.VideoFrame  # planar YUV as decoded: the encoder keeps its samples wherever no face changed
+    layout: PlaneLayout  # how its planes become upright RGB
 
     @property
     def time(self) -> float:
         return float(self.frame.time or 0.0)
+
+    def rgb(self) -> np.ndarray:
+        """Upright RGB24, converted on the CPU (for tests and tools; the pipeline converts on its devices)."""
+        return to_rgb(self.frame, self.layout)
 
 
 @dataclass
@@ -147,7 +111,8 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
         except av.InvalidDataError:
             continue
         for frame in frames:
-            yield SourceFrame(index, frame, to_rgb(frame))
+            planar = as_planar_yuv(frame)
+            yield SourceFrame(index, planar, PlaneLayout.of(planar, frame.rotation))
             index += 1
 
 

@@ -1,7 +1,7 @@
 """Encoding: re-encode the video stream, copy every other stream, keep timing, colour and metadata.
 
-Samples that no face touched are copied from the decoded frame into the output frame, so they
-reach the encoder exactly as decoded (bit-identical output with a lossless codec).
+Frames arrive as planar YUV: as decoded, or with the planes a device restored (samples that no
+face touched are the decoded ones, so they stay bit-identical with a lossless codec).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import av
 import numpy as np
-from av.video.reformatter import ColorRange
 
-from .decode import EXACT, SourceFrame, VideoInfo, rgb_matrix, stored
+from .colour import planes_to_frame
+from .decode import SourceFrame, VideoInfo
 
 log = logging.getLogger(__name__)
 
@@ -68,20 +68,6 @@ def _pick_pix_fmt(codec: av.codec.Codec, wanted: str) -> str:
     deep = any(tag in wanted for tag in ("10", "12", "16"))
     same_depth = [f for f in formats if any(tag in f for tag in ("10", "12", "16")) == deep and f.startswith("yuv")]
     return (same_depth or formats)[0]
-
-
-def _merge_planes(decoded: av.VideoFrame, new: av.VideoFrame, changed: np.ndarray) -> None:
-    """Copy ``decoded``'s samples into ``new`` wherever ``changed`` (full-resolution bool, stored
-    orientation) is False; a chroma sample counts as changed if any pixel it covers changed."""
-    for p_dec, p_new in zip(decoded.planes, new.planes):
-        bytes_per_sample = 2 if decoded.format.components[0].bits > 8 else 1
-        dtype = np.uint16 if bytes_per_sample == 2 else np.uint8
-        h, w = p_new.height, p_new.width
-        fy, fx = changed.shape[0] // h, changed.shape[1] // w
-        cover = changed[: h * fy, : w * fx].reshape(h, fy, w, fx).any(axis=(1, 3)) if (fy, fx) != (1, 1) else changed
-        src = np.frombuffer(p_dec, dtype).reshape(p_dec.height, -1)[:h, :w]
-        dst = np.frombuffer(memoryview(p_new), dtype).reshape(h, -1)[:, :w]
-        np.copyto(dst, src, where=~cover)
 
 
 _AUDIO_BIT_RATE = 256_000
@@ -252,21 +238,12 @@ class VideoWriter:
                 self._mux_pending(float(packet.dts * packet.time_base))
             self.container.mux(packet)
 
-    def write(self, source: SourceFrame, restored: np.ndarray | None = None, changed: np.ndarray | None = None) -> None:
-        """Encode one frame: ``source`` as decoded, or with ``restored`` (upright RGB) wherever
-        ``changed`` (upright bool mask) is set."""
+    def write(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> None:
+        """Encode one frame: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
         decoded = source.frame
-        cc = self.video.codec_context
-        if restored is None or changed is None or not changed.any():
-            frame = decoded if decoded.format.name == cc.pix_fmt else decoded.reformat(format=cc.pix_fmt)
-        else:
-            matrix, color_range = rgb_matrix(decoded)
-            rgb = av.VideoFrame.from_ndarray(stored(restored, self.info.rotation), format="rgb24")
-            frame = rgb.reformat(format=decoded.format.name, src_colorspace=matrix, dst_colorspace=matrix,
-                                 src_color_range=ColorRange.JPEG, dst_color_range=color_range, interpolation=EXACT)
-            _merge_planes(decoded, frame, stored(changed, self.info.rotation))
-            if frame.format.name != cc.pix_fmt:
-                frame = frame.reformat(format=cc.pix_fmt)
+        frame = decoded if planes is None else planes_to_frame(planes, decoded)
+        if frame.format.name != self.video.codec_context.pix_fmt:
+            frame = frame.reformat(format=self.video.codec_context.pix_fmt)
         frame.pts = decoded.pts
         frame.time_base = decoded.time_base
         frame.pict_type = av.video.frame.PictureType.NONE

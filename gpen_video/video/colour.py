@@ -1,0 +1,163 @@
+"""YUV <-> RGB on any torch device, with the frame's own matrix, range, bit depth and rotation.
+
+Frames travel through the pipeline as their decoded YUV planes: the GPU converts them for the
+face stages and converts the restored pixels back, so the CPU only decodes, copies and encodes
+(swscale's RGB conversions of a 1080p frame cost more CPU time than x264's encoding of it).
+Samples no face touched are taken from the decoded planes unchanged, so they stay bit-identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import av
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+#: AVColorSpace tag -> the matrix's (Kr, Kb) luma weights.
+_LUMA_WEIGHTS = {1: (0.2126, 0.0722), 4: (0.30, 0.11), 5: (0.299, 0.114), 6: (0.299, 0.114),
+                 7: (0.212, 0.087), 9: (0.2627, 0.0593), 10: (0.2627, 0.0593)}
+_BT709, _BT601 = 1, 6
+_FULL_RANGE = 2  # AVColorRange: 1 limited (MPEG), 2 full (JPEG), 0 unspecified (limited)
+#: Decoded formats the device cannot take as they are -> the planar format they are converted to
+#: first, losslessly where one exists (NV12's planes, interleaved chroma, are a plain 4:2:0).
+_PLANAR_EQUIVALENT = {"nv12": "yuv420p", "nv21": "yuv420p", "nv16": "yuv422p", "p010le": "yuv420p10le",
+                      "p016le": "yuv420p16le"}
+
+
+def matrix_tag(frame: av.VideoFrame) -> int:
+    """The frame's matrix as players pick it: its own tag, else BT.709 from 720 lines up and
+    BT.601 below (what players assume for untagged video)."""
+    if frame.colorspace in _LUMA_WEIGHTS:
+        return frame.colorspace
+    return _BT709 if min(frame.width, frame.height) >= 720 else _BT601
+
+
+def is_planar_yuv(fmt: av.VideoFormat) -> bool:
+    """Three planes Y, Cb, Cr of native-endian integers: what :class:`PlaneLayout` handles."""
+    components = fmt.components
+    return (fmt.name.startswith("yuv") and not fmt.name.endswith("be") and len(components) == 3
+            and [c.plane for c in components] == [0, 1, 2] and all(c.bits <= 16 for c in components))
+
+
+def as_planar_yuv(frame: av.VideoFrame) -> av.VideoFrame:
+    """``frame`` itself if planar YUV, else converted on the CPU (RGB and grey sources become 4:4:4)
+    with the frame's matrix, tagged so the conversion back uses the same one."""
+    if is_planar_yuv(frame.format):
+        return frame
+    name = frame.format.name
+    deep = max(c.bits for c in frame.format.components) > 8
+    target = _PLANAR_EQUIVALENT.get(name, "yuv444p16le" if deep else "yuv444p")
+    matrix = matrix_tag(frame)
+    full = frame.color_range == _FULL_RANGE or frame.format.is_rgb
+    converted = frame.reformat(format=target, src_colorspace=matrix, dst_colorspace=matrix,
+                               src_color_range=_FULL_RANGE if full else 1, dst_color_range=_FULL_RANGE if full else 1)
+    converted.pts, converted.time_base = frame.pts, frame.time_base
+    return converted
+
+
+def frame_planes(frame: av.VideoFrame) -> list[np.ndarray]:
+    """The three planes of a planar YUV frame as (H, W) arrays: views, no copy. Samples over
+    8 bits come as int16 holding the unsigned bit pattern: torch's uint16 lacks most GPU kernels."""
+    dtype = np.int16 if frame.format.components[0].bits > 8 else np.uint8
+    return [np.frombuffer(p, dtype).reshape(p.height, -1)[:, : p.width] for p in frame.planes]
+
+
+def _samples(plane: torch.Tensor) -> torch.Tensor:
+    """Sample values as float, undoing the int16 bit pattern of deep formats."""
+    if plane.dtype == torch.int16:
+        return (plane.int() & 0xFFFF).float()
+    return plane.float()
+
+
+def planes_to_frame(planes: list[np.ndarray], like: av.VideoFrame) -> av.VideoFrame:
+    """A new frame of ``like``'s format, size and colour tags holding ``planes``."""
+    frame = av.VideoFrame(like.width, like.height, like.format.name)
+    for plane, samples in zip(frame.planes, planes):
+        dst = np.frombuffer(memoryview(plane), samples.dtype).reshape(plane.height, -1)[:, : plane.width]
+        np.copyto(dst, samples)
+    frame.colorspace, frame.color_range = like.colorspace, like.color_range
+    return frame
+
+
+@dataclass(frozen=True)
+class PlaneLayout:
+    """How one video's samples map to RGB: what a conversion needs to know, read from a frame."""
+
+    bits: int
+    chroma_shift: tuple[int, int]  # log2 subsampling of Cb/Cr: (y, x); (1, 1) for 4:2:0
+    kr: float
+    kb: float
+    full_range: bool
+    quarter_turns: int  # counter-clockwise turns from stored to upright
+
+    @classmethod
+    def of(cls, frame: av.VideoFrame, rotation: float) -> PlaneLayout:
+        """The layout of a planar YUV ``frame`` shown turned by ``rotation`` degrees (the decoded
+        frame's display matrix: a converted frame no longer carries it)."""
+        luma, chroma = frame.format.components[0], frame.format.components[1]
+        shift = ((frame.height // chroma.height).bit_length() - 1, (frame.width // chroma.width).bit_length() - 1)
+        kr, kb = _LUMA_WEIGHTS[matrix_tag(frame)]
+        full = frame.color_range == _FULL_RANGE or frame.format.name.startswith("yuvj")
+        return cls(luma.bits, shift, kr, kb, full, round((rotation or 0) / 90) % 4)
+
+    def _scale(self) -> tuple[float, float, float, float]:
+        """(luma offset, luma span, chroma centre, chroma span) in sample units."""
+        top = float(2**self.bits - 1)
+        if self.full_range:
+            return 0.0, top, float(2 ** (self.bits - 1)), top
+        step = float(2 ** (self.bits - 8))
+        return 16 * step, 219 * step, 128 * step, 224 * step
+
+    def to_rgb(self, planes: list[torch.Tensor]) -> torch.Tensor:
+        """Upright RGB (N, 3, H, W), float in [0, 255] rounded to whole levels, from (N, h, w)
+        planes in stored orientation; chroma is interpolated bilinearly at the sample centres."""
+        luma_offset, luma_span, chroma_centre, chroma_span = self._scale()
+        y = (_samples(planes[0]) - luma_offset) / luma_span
+        height, width = y.shape[-2:]
+        chroma = torch.stack([_samples(planes[1]), _samples(planes[2])], 1)
+        if self.chroma_shift != (0, 0):
+            chroma = F.interpolate(chroma, size=(height, width), mode="bilinear", align_corners=False)
+        pb, pr = ((chroma - chroma_centre) / chroma_span).unbind(1)
+        kg = 1.0 - self.kr - self.kb
+        r = y + 2 * (1 - self.kr) * pr
+        b = y + 2 * (1 - self.kb) * pb
+        g = (y - self.kr * r - self.kb * b) / kg
+        rgb = (torch.stack([r, g, b], 1) * 255).round_().clamp_(0, 255)
+        return torch.rot90(rgb, self.quarter_turns, dims=(2, 3)) if self.quarter_turns else rgb
+
+    def to_planes(self, rgb: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The inverse of :meth:`to_rgb`: (N, 3, H, W) upright RGB in [0, 255] -> stored-orientation
+        planes of ``dtype`` (that of :func:`frame_planes`); chroma is the mean of the samples it covers."""
+        if self.quarter_turns:
+            rgb = torch.rot90(rgb, -self.quarter_turns, dims=(2, 3))
+        luma_offset, luma_span, chroma_centre, chroma_span = self._scale()
+        r, g, b = (rgb / 255).unbind(1)
+        y = self.kr * r + (1 - self.kr - self.kb) * g + self.kb * b
+        chroma = torch.stack([(b - y) / (2 * (1 - self.kb)), (r - y) / (2 * (1 - self.kr))], 1)
+        if self.chroma_shift != (0, 0):
+            kernel = (2 ** self.chroma_shift[0], 2 ** self.chroma_shift[1])
+            chroma = F.avg_pool2d(chroma, kernel, ceil_mode=True)
+        top = 2**self.bits - 1
+        out = [(y * luma_span + luma_offset).round_().clamp_(0, top)]
+        out += list((chroma * chroma_span + chroma_centre).round_().clamp_(0, top).unbind(1))
+        return [p.to(torch.int32).to(dtype) for p in out]  # through int32: 16-bit values wrap into int16
+
+    def merge(self, new: list[torch.Tensor], old: list[torch.Tensor], changed: torch.Tensor) -> list[torch.Tensor]:
+        """``new`` samples where ``changed`` (N, H, W upright bool) reaches them, else ``old``: a
+        chroma sample counts as changed when any pixel it covers changed."""
+        if self.quarter_turns:
+            changed = torch.rot90(changed, -self.quarter_turns, dims=(1, 2))
+        mask = changed[:, None].float()
+        kernel = (2 ** self.chroma_shift[0], 2 ** self.chroma_shift[1])
+        cover = F.max_pool2d(mask, kernel, ceil_mode=True)[:, 0] > 0 if kernel != (1, 1) else changed
+        return [torch.where(changed, new[0], old[0])] + [torch.where(cover, n, o) for n, o in zip(new[1:], old[1:])]
+
+
+def to_rgb(frame: av.VideoFrame, layout: PlaneLayout | None = None) -> np.ndarray:
+    """Upright RGB24 (H, W, 3) of a decoded frame on the CPU, the same conversion the devices use."""
+    planar = as_planar_yuv(frame)
+    layout = layout or PlaneLayout.of(planar, frame.rotation)
+    planes = [torch.from_numpy(p.copy())[None] for p in frame_planes(planar)]
+    return layout.to_rgb(planes)[0].permute(1, 2, 0).to(torch.uint8).numpy()
