@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .faces.align import sampling_grid
+from .faces.align import invert_affine, sampling_grid
 
 #: The official paste-back mask: a rectangle inset 26 px of 512, Gaussian-blurred twice (101 px, sigma 4).
 _MASK_MARGIN = 26 / 512
@@ -18,6 +18,8 @@ _MASK_SIGMA = 4 / 512
 #: Faces smaller than this (shorter box side, px) get the official light blur before pasting.
 SMALL_FACE = 100
 _SMALL_FACE_KERNEL = torch.tensor([1.0, 2.0, 1.0]) / 4
+#: Faces warped back in one call; each call pads its faces' regions to the largest of them.
+_PASTE_CHUNK = 16
 
 
 def face_mask(size: int) -> np.ndarray:
@@ -53,13 +55,14 @@ class Compositor:
         self.mask = torch.from_numpy(face_mask(crop_size)).to(device)[None]
         self.blur = (_SMALL_FACE_KERNEL[:, None] * _SMALL_FACE_KERNEL[None]).expand(3, 1, 3, 3).to(device)
 
-    def _prepare(self, face: PastedFace) -> torch.Tensor:
-        """The face to paste, as (4, S, S): RGB then mask."""
-        restored = face.restored
-        if face.size < SMALL_FACE:
-            restored = F.conv2d(F.pad(restored[None], (1, 1, 1, 1), mode="reflect"), self.blur, groups=3)[0]
-        blended = self.strength * restored + (1.0 - self.strength) * face.original
-        return torch.cat([blended, self.mask], dim=0)
+    def _prepare(self, restored: torch.Tensor, original: torch.Tensor, sizes: np.ndarray) -> torch.Tensor:
+        """The faces to paste, as (F, 4, S, S): RGB then mask."""
+        small = torch.as_tensor(sizes < SMALL_FACE, device=restored.device)
+        if small.any():
+            blurred = F.conv2d(F.pad(restored, (1, 1, 1, 1), mode="reflect"), self.blur, groups=3)
+            restored = torch.where(small[:, None, None, None], blurred, restored)
+        blended = self.strength * restored + (1.0 - self.strength) * original
+        return torch.cat([blended, self.mask[None].expand(len(restored), -1, -1, -1)], dim=1)
 
     def _footprint(self, crop_to_frame: np.ndarray, height: int, width: int) -> tuple[int, int, int, int] | None:
         """Frame region (x0, y0, x1, y1) the crop can reach, with a margin for the bicubic taps."""
@@ -72,27 +75,51 @@ class Compositor:
         return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
 
     def paste(self, image: torch.Tensor, faces: list[PastedFace]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``image`` (3, H, W), float RGB in whole levels, with ``faces`` pasted (where several
-        overlap, the larger mask wins), and the (H, W) bool mask of the pixels the masks reach;
-        every other pixel keeps its exact value."""
-        height, width = image.shape[1:]
-        face_layer = torch.zeros_like(image)
-        mask_layer = torch.zeros_like(image[:1])
-        for face in faces:
-            region = self._footprint(face.crop_to_frame, height, width)
-            if region is None:
-                continue
-            x0, y0, x1, y1 = region
-            frame_to_crop = np.linalg.inv(np.vstack([face.crop_to_frame, [0, 0, 1]]))[:2]
-            grid = sampling_grid(frame_to_crop[None], y1 - y0, x1 - x0, self.crop_size, self.crop_size,
-                                 origin=(x0, y0), device=image.device)
-            warped = F.grid_sample(self._prepare(face)[None], grid, mode="bicubic", padding_mode="zeros",
-                                   align_corners=False)[0]
-            face_rgb, mask = warped[:3].clamp(0, 255), warped[3:].clamp(0, 1)
-            current = mask_layer[:, y0:y1, x0:x1]
-            wins = mask > current
-            mask_layer[:, y0:y1, x0:x1] = torch.where(wins, mask, current)
-            face_layer[:, y0:y1, x0:x1] = torch.where(wins, face_rgb, face_layer[:, y0:y1, x0:x1])
-        blended = image * (1 - mask_layer) + face_layer * mask_layer
+        """:meth:`paste_batch` for one (3, H, W) image."""
+        if not faces:
+            return image, torch.zeros_like(image[0], dtype=torch.bool)
+        out, reached = self.paste_batch(image[None], torch.stack([f.restored for f in faces]),
+                                        torch.stack([f.original for f in faces]),
+                                        np.stack([f.crop_to_frame for f in faces]),
+                                        np.array([f.size for f in faces]), np.zeros(len(faces), dtype=np.int64))
+        return out[0], reached[0]
+
+    def paste_batch(self, frames: torch.Tensor, restored: torch.Tensor, original: torch.Tensor,
+                    crop_to_frame: np.ndarray, sizes: np.ndarray,
+                    owner: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """``frames`` (N, 3, H, W), float RGB in whole levels, with face k pasted into frame
+        ``owner[k]`` (where faces overlap, the larger mask wins), and the (N, H, W) bool mask of the
+        pixels the masks reach; every other pixel keeps its exact value.
+
+        Face k is ``restored[k]`` (3, S, S) blended with ``original[k]`` by the strength, mapped
+        by ``crop_to_frame[k]``; ``sizes[k]`` (shorter box side, px) picks the small-face blur.
+        Faces are warped back in chunks, each over a region padded to the chunk's largest.
+        """
+        n, _, height, width = frames.shape
+        face_layer = torch.zeros_like(frames)
+        mask_layer = torch.zeros_like(frames[:, :1])
+        regions = [self._footprint(m, height, width) for m in crop_to_frame]
+        todo = [k for k, region in enumerate(regions) if region is not None]
+        if todo:
+            prepared = self._prepare(restored, original, np.asarray(sizes))
+            frame_to_crop = invert_affine(np.asarray(crop_to_frame))
+        for start in range(0, len(todo), _PASTE_CHUNK):
+            chunk = todo[start : start + _PASTE_CHUNK]
+            boxes = np.array([regions[k] for k in chunk])
+            h, w = int((boxes[:, 3] - boxes[:, 1]).max()), int((boxes[:, 2] - boxes[:, 0]).max())
+            grid = sampling_grid(frame_to_crop[chunk], h, w, self.crop_size, self.crop_size, origin=boxes[:, :2],
+                                 device=frames.device)
+            warped = F.grid_sample(prepared[chunk], grid, mode="bicubic", padding_mode="zeros", align_corners=False)
+            rgb, mask = warped[:, :3].clamp(0, 255), warped[:, 3:].clamp(0, 1)
+            for j, k in enumerate(chunk):
+                x0, y0, x1, y1 = regions[k]
+                f = int(owner[k])
+                face_mask_k = mask[j, :, : y1 - y0, : x1 - x0]
+                current = mask_layer[f, :, y0:y1, x0:x1]
+                wins = face_mask_k > current
+                mask_layer[f, :, y0:y1, x0:x1] = torch.where(wins, face_mask_k, current)
+                face_layer[f, :, y0:y1, x0:x1] = torch.where(wins, rgb[j, :, : y1 - y0, : x1 - x0],
+                                                             face_layer[f, :, y0:y1, x0:x1])
+        blended = frames * (1 - mask_layer) + face_layer * mask_layer
         reached = mask_layer > 0
-        return torch.where(reached, blended.round().clamp(0, 255), image), reached[0]
+        return torch.where(reached, blended.round().clamp(0, 255), frames), reached[:, 0]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .compose import Compositor, PastedFace
+from .compose import Compositor
 from .faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from .faces.detect import Face, FaceDetector
 from .faces.track import scene_thumbnails
@@ -166,7 +166,8 @@ class DeviceWorker:
         return results
 
     @torch.no_grad()
-    def restore_rgb(self, frames: torch.Tensor, faces: Sequence[Sequence[FaceSpec]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def restore_rgb(self, frames: torch.Tensor,
+                    faces: Sequence[Sequence[FaceSpec]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Restore ``faces[i]`` in ``frames[i]`` ((N, 3, H, W) upright RGB on this device, whole
         levels): the new frames, and the (N, H, W) bool mask of the pixels the pasted faces reach."""
         owner = np.array([i for i, fs in enumerate(faces) for _ in fs], dtype=np.int64)
@@ -176,12 +177,5 @@ class DeviceWorker:
         transforms = similarity_transforms(points, self.reference)
         crops = warp_faces(frames, owner, transforms, self.crop_size)
         restored = self._gpen(crops)
-        inverse = invert_affine(transforms)
-        sizes = [s for fs in faces for _, s in fs]
-        images, reached = [], []
-        for i, frame in enumerate(frames):
-            pasted = [PastedFace(restored[k], crops[k], inverse[k], sizes[k]) for k in np.flatnonzero(owner == i)]
-            image, changed = self.compositor.paste(frame, pasted)
-            images.append(image)
-            reached.append(changed)
-        return torch.stack(images), torch.stack(reached)
+        sizes = np.array([s for fs in faces for _, s in fs])
+        return self.compositor.paste_batch(frames, restored, crops, invert_affine(transforms), sizes, owner)

@@ -54,15 +54,17 @@ def invert_affine(matrices: np.ndarray) -> np.ndarray:
 
 
 def sampling_grid(transforms: np.ndarray, out_h: int, out_w: int, src_h: int, src_w: int,
-                  origin: tuple[int, int] = (0, 0), device: torch.device | str = "cpu") -> torch.Tensor:
+                  origin: tuple[int, int] | np.ndarray = (0, 0), device: torch.device | str = "cpu") -> torch.Tensor:
     """``grid_sample`` coordinates that pull, for each output pixel, the source pixel ``transforms``
     maps it to (pixel centres at integer coordinates, as OpenCV). ``origin`` offsets the output
-    pixels (x, y) when only a region of a larger output is produced."""
+    pixels (x, y) when only a region of a larger output is produced: one for all, or one per transform."""
     m = torch.as_tensor(transforms, dtype=torch.float64, device=device)  # (N, 2, 3): output -> source
-    ys = torch.arange(out_h, dtype=torch.float64, device=device) + origin[1]
-    xs = torch.arange(out_w, dtype=torch.float64, device=device) + origin[0]
+    offsets = torch.as_tensor(np.broadcast_to(np.asarray(origin, dtype=np.float64), (len(m), 2)).copy(), device=device)
+    ys = torch.arange(out_h, dtype=torch.float64, device=device)
+    xs = torch.arange(out_w, dtype=torch.float64, device=device)
     gy, gx = torch.meshgrid(ys, xs, indexing="ij")
-    src = torch.einsum("nij,hwj->nhwi", m[:, :, :2], torch.stack([gx, gy], -1)) + m[:, None, None, :, 2]
+    pixels = torch.stack([gx, gy], -1)[None] + offsets[:, None, None, :]  # (N, h, w, 2)
+    src = torch.einsum("nij,nhwj->nhwi", m[:, :, :2], pixels) + m[:, None, None, :, 2]
     scale = torch.tensor([2.0 / src_w, 2.0 / src_h], dtype=torch.float64, device=device)
     return ((src + 0.5) * scale - 1.0).float()
 
