@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from official_style import official_style_fps
 
-from gpen_video import pipeline
 from gpen_video.api import restore_video
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
 from gpen_video.video.encode import EncoderSettings, VideoWriter
@@ -157,10 +156,6 @@ def main() -> None:
         rows["our_fps"] = ours.fps
         rows["ratio"] = ours.fps / rows["transcode_fps"]
         rows["one_face_busy"] = _busy(ours)
-        # Side by side: the same run at Python's default GIL switch interval.
-        ours_interval, pipeline.SWITCH_INTERVAL = pipeline.SWITCH_INTERVAL, 0.005
-        rows["our_fps_at_5ms_switch_interval"] = restore_video(one_face, tmp_path / "o.mp4", **one_gpu, **options).fps
-        pipeline.SWITCH_INTERVAL = ours_interval
         baseline_frames = 10 if args.smoke else args.baseline_frames
         rows["baseline_fps"] = official_style_fps(one_face, tmp_path / "b.mp4", args.weights, args.detector,
                                                   args.detector_weights, settings, device, limit=baseline_frames)

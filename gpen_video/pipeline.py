@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,10 +30,6 @@ from .video.decode import SourceFrame, demux
 from .video.encode import VideoWriter
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
-#: GIL switch interval while a pipeline runs (Python's default is 5 ms). The encoder and decoder
-#: threads return from FFmpeg often and briefly; a shorter interval gets them the GIL back sooner
-#: from the worker and tracker threads (BENCHMARKS.md has the measured effect).
-SWITCH_INTERVAL = 0.0005
 
 
 class Stopped(Exception):
@@ -258,14 +253,6 @@ class Pipeline:
     # ---- running --------------------------------------------------------------------------------
 
     def run(self) -> PipelineResult:
-        previous = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_INTERVAL)
-        try:
-            return self._run()
-        finally:
-            sys.setswitchinterval(previous)
-
-    def _run(self) -> PipelineResult:
         start = time.perf_counter()
         threads = [threading.Thread(target=self._guard(self._decode), name="decode"),
                    threading.Thread(target=self._guard(self._track), name="track"),
