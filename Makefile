@@ -19,6 +19,7 @@ test: install
 
 bench: install
 	$(PY) benchmarks/model_throughput.py
+	$(PY) benchmarks/pipeline_bench.py $(BENCH_ARGS)
 
 demo: install
 	$(PY) -m gpen_video.demo

@@ -19,6 +19,7 @@ from .pipeline import Pipeline
 from .restore import DeviceSettings, DeviceWorker
 from .video.decode import InputError, open_input, probe
 from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter
+from .video.segments import SEGMENT_FRAMES, SegmentedWriter, SegmentStore, work_dir_for
 from .weights import DEFAULT_MODEL, load_gpen_weights
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
@@ -37,6 +38,8 @@ class Summary:
     seconds: float
     busy: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    damaged: int = 0  # input frames decoded with errors or repeated in place of undecodable ones
+    resumed_at: int = 0  # the first frame this run encoded (--resume)
 
     @property
     def fps(self) -> float:
@@ -46,6 +49,11 @@ class Summary:
         """The closing report: frames, faces, time, and each stage's busy share of the wall time."""
         lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
                  f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
+        if self.resumed_at:
+            lines.append(f"resumed at frame {self.resumed_at}: the frames before it came from the work directory")
+        if self.damaged:
+            lines.append(f"warning: {self.damaged} frame(s) of the input were damaged: decoded with errors, "
+                         f"or the previous frame repeated where one could not be decoded")
         if self.busy:
             busy = ", ".join(f"{k} {v / self.seconds:.0%}" for k, v in sorted(self.busy.items()))
             lines.append(f"stage busy time: {busy}")
@@ -116,8 +124,11 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                   strength: float = 1.0, smooth: float | None = None, codec: str | None = None,
                   crf: int | None = None, preset: str | None = None, pix_fmt: str | None = None,
                   tracks_out: str | Path | None = None, overwrite: bool = False, progress: bool = True,
-                  workers_per_device: int = 1) -> Summary:
+                  resume: bool = False, segment_frames: int = SEGMENT_FRAMES, workers_per_device: int = 1) -> Summary:
     """Restore every face in ``input`` and write ``output``; audio, timing and metadata are kept.
+
+    With ``resume`` the video is encoded in segments of ``segment_frames`` frames kept in a work
+    directory beside ``output``; a later call with ``resume`` continues after the last finished one.
 
     ``workers_per_device`` > 1 runs several workers on each device (each with its own model
     replica); it exists to exercise multi-worker dispatch where only one device is at hand.
@@ -127,6 +138,10 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
     """
     input, output = Path(input), Path(output)
     _check_paths(input, output, overwrite, CONTAINERS)
+    if resume and tracks_out:
+        raise UsageError("--tracks-out cannot be combined with --resume (a resumed run sees only part of the video)")
+    if segment_frames < 1:
+        raise UsageError(f"segment length must be a positive number of frames, got {segment_frames}")
     devices = [d for d in _devices(gpus, device) for _ in range(workers_per_device)]
     settings = _settings(devices, precision, batch_size, compile, strength, detector=detector,
                          detector_weights=detector_weights, threshold=threshold, min_face=min_face,
@@ -135,13 +150,25 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
     state_dict, _ = load_gpen_weights(model, weights, progress)
     container = open_input(input)
     try:
-        writer = VideoWriter(output, container, info,
-                             EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt))
+        encoder_settings = EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt)
+        writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, encoder_settings)
+        if resume:
+            stat = input.stat()
+            job = {"input": str(input.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                   "segment_frames": segment_frames,
+                   "options": repr((model, str(weights), precision, detector, threshold, min_face, max_faces,
+                                    strength, smooth, encoder_settings))}
+            try:
+                writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), job), input, segment_frames)
+            except BaseException:
+                writer.abort()
+                raise
+        start_frame = writer.first_frame if isinstance(writer, SegmentedWriter) else 0
         tracks = None
         try:
             workers = [DeviceWorker(state_dict, s) for s in settings]
             tracks = TracksWriter(Path(tracks_out)) if tracks_out else None
-            bar = tqdm(total=info.frames, unit="frame", disable=not progress, dynamic_ncols=True)
+            bar = tqdm(total=info.frames, initial=start_frame, unit="frame", disable=not progress, dynamic_ncols=True)
             faces = [0]
 
             def on_frame(frames: int, found: int) -> None:
@@ -151,7 +178,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
 
             tracker = FaceTracker() if smooth is None else FaceTracker(smooth=smooth)
             pipeline = Pipeline(container, writer, workers, tracker, batch_frames=batch_size,
-                                tracks=tracks, on_frame=on_frame)
+                                tracks=tracks, on_frame=on_frame, start_frame=start_frame)
             try:
                 result = pipeline.run()
             finally:
@@ -166,7 +193,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
     memory = [f"{w.device}: out of memory {w.out_of_memory} time(s), GPEN batch lowered to {w.face_batch}"
               for w in workers if w.out_of_memory]
     return Summary(output, result.frames, result.faces, result.frames_with_faces, result.seconds, result.busy,
-                   writer.warnings + memory)
+                   writer.warnings + memory, result.damaged, start_frame)
 
 
 def restore_image(input: str | Path, output: str | Path, *, device: str | None = None,

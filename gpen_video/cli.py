@@ -11,6 +11,7 @@ from pathlib import Path
 from . import __version__
 from .faces.detect import DEFAULT_DETECTOR, DETECTORS
 from .model.fast import PRECISIONS
+from .video.segments import SEGMENT_FRAMES
 from .weights import DEFAULT_MODEL, OFFICIAL_MODELS
 
 EXAMPLES = """examples:
@@ -68,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     enc.add_argument("--preset", help="encoder preset (default: fast for x264/x265)")
     enc.add_argument("--pix-fmt", help="output pixel format (default: the input's, when the codec takes it)")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    p.add_argument("--resume", action="store_true",
+                   help="encode in segments kept beside OUTPUT; after a crash, the same command with --resume "
+                        "continues from the last complete segment")
+    p.add_argument("--segment-frames", type=int, default=SEGMENT_FRAMES,
+                   help=f"frames per --resume segment (default {SEGMENT_FRAMES}: the most work a crash can lose)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
@@ -92,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             summary = restore_video(args.input, args.output, batch_size=args.batch_size, compile=args.compile,
                                     smooth=args.smooth, codec=args.codec, crf=args.crf, preset=args.preset,
-                                    pix_fmt=args.pix_fmt, **common)
+                                    pix_fmt=args.pix_fmt, resume=args.resume,
+                                    segment_frames=args.segment_frames, **common)
     except KeyboardInterrupt:
-        print("gpen-video: interrupted; nothing was written", file=sys.stderr)
+        kept = "; finished segments are kept for --resume" if args.resume else ""
+        print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug:

@@ -23,11 +23,12 @@ import av
 import numpy as np
 
 from .faces.detect import box_size
-from .faces.track import FaceTracker, TrackedFrame
+from .faces.track import FaceTracker, SceneCutDetector, TrackedFrame
 from .faces.tracks_file import TracksWriter
 from .restore import DeviceWorker, Restored
 from .video.decode import SourceFrame, demux
 from .video.encode import VideoWriter
+from .video.segments import SegmentedWriter
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
 
@@ -53,6 +54,7 @@ class PipelineResult:
     frames: int
     faces: int
     frames_with_faces: int
+    damaged: int  # frames the input could not decode cleanly (see SourceFrame.damage)
     seconds: float
     busy: dict[str, float]
 
@@ -74,9 +76,10 @@ class _Task:
 class Pipeline:
     """Runs one video through the stages; :meth:`run` returns when the output is complete."""
 
-    def __init__(self, container: av.container.InputContainer, writer: VideoWriter, workers: list[DeviceWorker],
-                 tracker: FaceTracker, batch_frames: int, tracks: TracksWriter | None = None,
-                 on_frame: Callable[[int, int], None] | None = None) -> None:
+    def __init__(self, container: av.container.InputContainer, writer: VideoWriter | SegmentedWriter,
+                 workers: list[DeviceWorker], tracker: FaceTracker, batch_frames: int,
+                 tracks: TracksWriter | None = None, on_frame: Callable[[int, int], None] | None = None,
+                 start_frame: int = 0) -> None:
         self.container = container
         self.writer = writer
         self.workers = workers
@@ -92,7 +95,11 @@ class Pipeline:
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
         in_flight = 2 * batch_frames * (len(workers) + 1) + tracker.lookahead + batch_frames
         self.slots = threading.Semaphore(in_flight)
-        self.counts = {"frames": 0, "faces": 0, "with_faces": 0}
+        self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
+        # A resumed job encodes from ``start_frame``; the frames just before it are still detected
+        # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
+        self.start_frame = start_frame
+        self.first_tracked = max(0, start_frame - (2 * tracker.lookahead + SceneCutDetector.HISTORY))
         self.frames_decoded = 0
         # Stage threads still running, counted by the stages themselves: an interrupted
         # Thread.join() can report a thread as finished while it still runs.
@@ -149,8 +156,10 @@ class Pipeline:
             if isinstance(item, av.Packet):
                 self.to_encode.put(("packet", item))
                 continue
-            self._acquire_slot()
             self.frames_decoded += 1
+            if item.index < self.first_tracked:
+                continue
+            self._acquire_slot()
             batch.append(item)
             if len(batch) == self.batch:
                 self.tasks.put(_Task(1, "detect", batch))
@@ -182,13 +191,16 @@ class Pipeline:
         """Puts detection batches back in order and tracks frame by frame."""
         waiting: dict[int, tuple[list[SourceFrame], list, np.ndarray]] = {}  # detected batches by first frame
         sources: dict[int, SourceFrame] = {}
-        next_index = 0
+        next_index = self.first_tracked
         batch: list[tuple[SourceFrame, TrackedFrame]] = []
 
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
             for tracked in done:
                 source = sources.pop(tracked.index)
+                if tracked.index < self.start_frame:  # context for a resumed job, encoded before
+                    self.slots.release()
+                    continue
                 if self.tracks is not None:
                     self.tracks.add(tracked)
                 if tracked.faces:
@@ -223,7 +235,7 @@ class Pipeline:
 
     def _encode(self) -> None:
         pending: dict[int, tuple[SourceFrame, Restored | None]] = {}
-        next_index = 0
+        next_index = self.start_frame
         total: int | None = None
         while total is None or next_index < total:
             kind, payload = self._get(self.to_encode)
@@ -243,6 +255,7 @@ class Pipeline:
                 self.counts["frames"] += 1
                 self.counts["faces"] += faces
                 self.counts["with_faces"] += bool(faces)
+                self.counts["damaged"] += bool(source.damage)
                 self.on_frame(1, faces)
                 self.slots.release()
                 next_index += 1
@@ -282,7 +295,7 @@ class Pipeline:
         if self.tracks is not None:
             self.tracks.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
-                              time.perf_counter() - start, dict(self.clock.busy))
+                              self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy))
 
     def _shut_down(self, threads: list[threading.Thread]) -> None:
         """Stop every stage and wait for it, even through another Ctrl-C, before the files go:

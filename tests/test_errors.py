@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import av
+import numpy as np
 import pytest
 import torch
 
@@ -26,6 +29,22 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _audio_only(path: Path) -> None:
+    """An MP4 holding one second of AAC audio and no video."""
+    with av.open(str(path), "w") as c:
+        stream = c.add_stream("aac", rate=48000)
+        stream.layout = "mono"
+        samples = (np.sin(np.arange(48000) / 10) * 0.3).astype(np.float32)[None]
+        for start in range(0, 48000, 1024):
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[:, start : start + 1024]), format="fltp",
+                                               layout="mono")
+            frame.sample_rate, frame.pts = 48000, start
+            for packet in stream.encode(frame):
+                c.mux(packet)
+        for packet in stream.encode(None):
+            c.mux(packet)
+
+
 def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
     (tmp / "empty.mp4").write_bytes(b"")
     (tmp / "notes.mp4").write_text("this is not a video\n")
@@ -38,6 +57,7 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
     torch.save({"conv.weight": torch.zeros(3)}, not_gpen)
     cut = tmp / "cut.pth"
     cut.write_bytes(small_gpen.read_bytes()[:200_000])
+    _audio_only(tmp / "speech.mp4")
     out = tmp / "out.mp4"
     return {
         "missing": ([tmp / "missing.mp4", out], "input not found"),
@@ -45,6 +65,7 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
         "zero bytes": ([tmp / "empty.mp4", out], "empty file"),
         "text file": ([tmp / "notes.mp4", out], "cannot read"),
         "truncated mp4": ([tmp / "truncated.mp4", out], "cannot read"),
+        "audio only": ([tmp / "speech.mp4", out], "has no video stream"),
         "output is input": ([tmp / "copy.mp4", tmp / "copy.mp4", "--overwrite"], "OUTPUT is the input"),
         "output via link": ([tmp / "copy.mp4", link, "--overwrite"], "OUTPUT is the input"),
         "no output dir": ([SAMPLE, tmp / "nowhere" / "out.mp4"], "output directory does not exist"),
@@ -58,7 +79,8 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
     }
 
 
-CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4", "output is input", "output via link",
+CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4", "audio only", "output is input",
+              "output via link",
               "no output dir", "bad extension", "no such encoder", "not a gpen checkpoint", "truncated checkpoint",
               "missing gpu", "zero batch", "strength above 1"]
 
@@ -119,3 +141,35 @@ def test_a_full_disk_is_a_clean_error_and_leaves_no_partial_file(small_gpen, tmp
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpen-video: error: ") and "File too large" in lines[0], run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any directory, so none is unwritable")
+def test_an_unwritable_output_directory_is_refused(small_gpen, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    run = _run(SAMPLE, locked / "out.mp4", weights=small_gpen)
+    assert run.returncode == 1 and "output directory is not writable" in run.stderr
+    assert list(locked.iterdir()) == []
+
+
+def test_damaged_input_keeps_every_frame_and_reports_the_damage(small_gpen, tmp_path):
+    """Two stretches of garbage in the middle of the sample's video data: the job finishes, each
+    lost frame is stood in for at its own time, and the summary counts the damaged frames."""
+    data = bytearray(SAMPLE.read_bytes())
+    noise = np.random.default_rng(0).integers(0, 256, 2000, dtype=np.uint8).tobytes()
+    for at in (0.35, 0.6):  # inside the media data; the index at the end stays intact
+        start = int(len(data) * at)
+        data[start : start + len(noise)] = noise
+    damaged, out = tmp_path / "damaged.mp4", tmp_path / "out.mp4"
+    damaged.write_bytes(bytes(data))
+    run = _run(damaged, out, weights=small_gpen)
+    assert run.returncode == 0, run.stderr
+    assert "frame(s) of the input were damaged" in run.stderr
+    with av.open(str(damaged)) as c:
+        packet_times = sorted(p.pts for p in c.demux(video=0) if p.pts is not None)
+    with av.open(str(out)) as c:
+        frame_times = [f.pts for f in c.decode(video=0)]
+    assert len(frame_times) == len(packet_times) == 100
+    assert frame_times == packet_times
+    assert damaged.read_bytes() == bytes(data)  # the input is untouched

@@ -123,6 +123,7 @@ def _gpu_options(weights: Path) -> dict:
     return {k: v for k, v in _options(weights).items() if k != "device"}
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_pipeline_restores_every_face_and_only_faces(small_gpen, tmp_path):
     """The default GPU path (fp16, compiled GPEN, YUV converted on the device) end to end."""
@@ -136,6 +137,7 @@ def test_gpu_pipeline_restores_every_face_and_only_faces(small_gpen, tmp_path):
     assert all(np.array_equal(a[400:480], b[400:480]) for a, b in zip(source, restored))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_two_gpus_give_the_frames_of_one_gpu(small_gpen, tmp_path):
     """In fp32 the split across GPUs changes nothing: the same frames, in the same order."""

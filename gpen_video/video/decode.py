@@ -4,6 +4,7 @@ other streams' packets)."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -12,7 +13,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from .colour import PlaneLayout, as_planar_yuv, to_rgb
+from .colour import PlaneLayout, as_planar_yuv, frame_planes, planes_to_frame, to_rgb
 
 
 class InputError(RuntimeError):
@@ -26,6 +27,9 @@ class SourceFrame:
     index: int
     frame: av.VideoFrame  # planar YUV as decoded: the encoder keeps its samples wherever no face changed
     layout: PlaneLayout  # how its planes become upright RGB
+    #: "" for a clean frame; "corrupt" if the decoder concealed errors in it; "repeated" if its
+    #: packet could not be decoded and the previous frame stands in, at this frame's time.
+    damage: str = ""
 
     @property
     def time(self) -> float:
@@ -95,25 +99,54 @@ def probe(path: str | Path) -> VideoInfo:
 def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
     """Decoded video frames of the first video stream, and the packets of ``copy_streams``, in file order.
 
-    A packet that fails to decode is skipped (the decoder recovers at the next one); a frame count
-    that differs from the source's is the pipeline's business to report, not a reason to stop.
+    Damage does not stop decoding. A frame decoded with concealed errors is marked "corrupt". A
+    frame whose packet could not be decoded is replaced by the previous frame at the lost frame's
+    time (marked "repeated"), so the source's frame count and timing are kept: frames come out in
+    presentation order, so a packet time passed by without its frame was lost.
     """
     video = container.streams.video[0]
     streams = [video] + [s for s in container.streams if s.index in copy_streams]
+    expected: list[int] = []  # presentation times of video packets whose frames have not come out
+    last: SourceFrame | None = None
     index = 0
+
+    def stand_ins(before: int | None) -> Iterator[SourceFrame]:
+        """The previous frame again for each expected time before ``before`` (None: all left)."""
+        nonlocal index
+        while expected and (before is None or expected[0] < before):
+            pts = expected.pop(0)
+            if last is None or pts <= last.frame.pts:
+                continue  # nothing to repeat yet, or a time already shown
+            copy = planes_to_frame(frame_planes(last.frame), last.frame)
+            copy.pts, copy.time_base = pts, last.frame.time_base
+            yield SourceFrame(index, copy, last.layout, damage="repeated")
+            index += 1
+
     for packet in container.demux(streams):
         if packet.stream.index != video.index:
             if packet.dts is not None:
                 yield packet
             continue
+        if packet.pts is not None and not packet.is_discard:
+            bisect.insort(expected, packet.pts)
         try:
             frames = packet.decode()
         except av.InvalidDataError:
-            continue
+            continue  # the frames it would have given are stood in for below
         for frame in frames:
+            if frame.pts is not None:
+                if last is not None and last.frame.pts is not None and frame.pts <= last.frame.pts:
+                    continue  # out of order after damage: its time has been shown
+                yield from stand_ins(frame.pts)
+                if expected and expected[0] == frame.pts:
+                    expected.pop(0)
             planar = as_planar_yuv(frame)
-            yield SourceFrame(index, planar, PlaneLayout.of(planar, frame.rotation))
+            last = SourceFrame(index, planar, PlaneLayout.of(planar, frame.rotation),
+                               damage="corrupt" if frame.is_corrupt else "")
+            yield last
             index += 1
+    if last is not None and last.frame.pts is not None:
+        yield from stand_ins(None)
 
 
 def read_frames(path: str | Path, limit: int | None = None) -> Iterator[SourceFrame]:

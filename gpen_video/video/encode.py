@@ -111,6 +111,21 @@ def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, s
     return {"movie_timescale": str(scale)} if 1000 < scale < 2**31 else {}
 
 
+def _remove_stale_partials(output: Path) -> None:
+    """Delete temporary files that runs killed outright (``kill -9``, power loss) left beside OUTPUT;
+    a partial file of a process still running is left alone."""
+    for path in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):
+        pid = path.name.removeprefix(f".{output.stem}.partial-").removesuffix(output.suffix)
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except PermissionError:  # another user's live process
+            pass
+
+
 class VideoWriter:
     """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`."""
 
@@ -132,6 +147,7 @@ class VideoWriter:
             raise OutputError(f"a {ext} file cannot hold {codec.canonical_name} video; "
                               f"use one of {', '.join(sorted(rules.video))} or another extension")
         self.info = info
+        _remove_stale_partials(output)
         self.tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
         self.warnings: list[str] = []
         try:
@@ -144,38 +160,16 @@ class VideoWriter:
             self.abort()
             raise
         self._pending: list[av.Packet] = []  # copied packets waiting for the video to catch up
-        self.frames_written = 0
 
     def _setup(self, source: av.container.InputContainer, rules: ContainerRules, codec: av.codec.Codec,
                settings: EncoderSettings) -> None:
         info = self.info
         self.container.metadata.update({k: v for k, v in source.metadata.items() if k != "encoder"})
         src_video = source.streams.video[0]
-        rate = info.average_rate or None
-        video = self.container.add_stream(codec.name, rate=rate)
-        cc = video.codec_context
-        coded_w, coded_h = (info.height, info.width) if round(info.rotation / 90) % 2 else (info.width, info.height)
-        cc.width, cc.height = coded_w, coded_h
-        cc.pix_fmt = settings.pix_fmt or _pick_pix_fmt(codec, info.pix_fmt)
-        cc.time_base = info.time_base
+        video = self.container.add_stream(codec.name, rate=info.average_rate or None)
         video.time_base = info.time_base
-        src_cc = src_video.codec_context
-        cc.color_range, cc.colorspace = src_cc.color_range, src_cc.colorspace
-        cc.color_primaries, cc.color_trc = src_cc.color_primaries, src_cc.color_trc
-        if src_video.sample_aspect_ratio:
-            cc.sample_aspect_ratio = src_video.sample_aspect_ratio
-        if settings.threads:
-            cc.thread_count = settings.threads
-        options = {}
-        crf = settings.crf if settings.crf is not None else DEFAULT_CRF.get(codec.name)
-        if crf is not None:
-            options["crf"] = str(crf)
-            if codec.name == "libvpx-vp9":
-                options["b"] = "0"
-        preset = settings.preset or DEFAULT_PRESET.get(codec.name)
-        if preset is not None:
-            options["preset"] = preset
-        cc.options = options
+        self._configure(video.codec_context, src_video.codec_context, codec, settings)
+        self._encoder_setup = (src_video.codec_context, codec, settings)
         video.metadata.update(src_video.metadata)
         if info.rotation:
             video.set_display_rotation(info.rotation)
@@ -204,6 +198,49 @@ class VideoWriter:
         except av.FFmpegError as exc:
             raise OutputError(f"cannot start encoding {self.output.name} with {codec.name}: "
                               f"{exc.strerror or exc}") from None
+
+    def _configure(self, cc: av.codec.context.CodecContext, src_cc: av.codec.context.CodecContext,
+                   codec: av.codec.Codec, settings: EncoderSettings) -> None:
+        """Everything the video encoder is told: size, pixel format, timing, colour tags, quality."""
+        info = self.info
+        coded_w, coded_h = (info.height, info.width) if round(info.rotation / 90) % 2 else (info.width, info.height)
+        cc.width, cc.height = coded_w, coded_h
+        cc.pix_fmt = settings.pix_fmt or _pick_pix_fmt(codec, info.pix_fmt)
+        cc.time_base = info.time_base
+        if info.average_rate:
+            cc.framerate = info.average_rate
+        cc.color_range, cc.colorspace = src_cc.color_range, src_cc.colorspace
+        cc.color_primaries, cc.color_trc = src_cc.color_primaries, src_cc.color_trc
+        if src_cc.sample_aspect_ratio:
+            cc.sample_aspect_ratio = src_cc.sample_aspect_ratio
+        if settings.threads:
+            cc.thread_count = settings.threads
+        options = {}
+        crf = settings.crf if settings.crf is not None else DEFAULT_CRF.get(codec.name)
+        if crf is not None:
+            options["crf"] = str(crf)
+            if codec.name == "libvpx-vp9":
+                options["b"] = "0"
+        preset = settings.preset or DEFAULT_PRESET.get(codec.name)
+        if preset is not None:
+            options["preset"] = preset
+        cc.options = options
+
+    def new_encoder(self) -> av.codec.context.CodecContext:
+        """A fresh encoder configured exactly as this file's video stream (same parameter sets), for
+        encoding segments apart whose packets this writer muxes later (:meth:`write_encoded`)."""
+        src_cc, codec, settings = self._encoder_setup
+        cc = av.CodecContext.create(codec.name, "w")
+        self._configure(cc, src_cc, codec, settings)
+        if self.video.codec_context.flags & av.codec.context.Flags.global_header:
+            cc.flags |= av.codec.context.Flags.global_header
+        return cc
+
+    def write_encoded(self, packets: list[av.Packet]) -> None:
+        """Mux video packets encoded elsewhere by a :meth:`new_encoder`, in decoding order."""
+        for packet in packets:
+            packet.stream = self.video
+        self._mux_video(packets)
 
     def _warn(self, message: str) -> None:
         log.warning(message)
@@ -238,8 +275,8 @@ class VideoWriter:
                 self._mux_pending(float(packet.dts * packet.time_base))
             self.container.mux(packet)
 
-    def write(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> None:
-        """Encode one frame: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
+    def encoder_frame(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> av.VideoFrame:
+        """The frame to encode: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
         decoded = source.frame
         frame = decoded if planes is None else planes_to_frame(planes, decoded)
         if frame.format.name != self.video.codec_context.pix_fmt:
@@ -247,11 +284,15 @@ class VideoWriter:
         frame.pts = decoded.pts
         frame.time_base = decoded.time_base
         frame.pict_type = av.video.frame.PictureType.NONE
+        return frame
+
+    def write(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> None:
+        """Encode one frame: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
+        frame = self.encoder_frame(source, planes)
         try:
             self._mux_video(self.video.encode(frame))
         except av.FFmpegError as exc:
             raise OutputError(f"encoding failed at frame {source.index}: {exc.strerror or exc}") from None
-        self.frames_written += 1
 
     def close(self) -> None:
         """Flush, finish the file and move it into place."""

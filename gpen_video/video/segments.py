@@ -1,0 +1,178 @@
+"""Resumable encoding (``--resume``): the video is encoded in segments of whole frames, each saved
+in a work directory beside OUTPUT as soon as it is complete. A job that crashed or was killed
+starts again at its first missing segment; OUTPUT is assembled from the segments and the source's
+other streams only at the end, so it is never partial.
+
+Every segment is encoded by a fresh encoder configured as the output's own stream, so each
+starts with a key frame and all share one set of codec parameters: their packets join into one
+stream. A segment file holds its packets' timestamps, flags and bytes, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import av
+import numpy as np
+
+from .decode import SourceFrame, open_input
+from .encode import OutputError, VideoWriter
+
+#: Frames per segment: about a minute at 25 fps, so a crash loses at most that much work.
+SEGMENT_FRAMES = 1500
+_RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size
+_NONE = -(2**63)  # a missing timestamp
+
+
+def work_dir_for(output: Path) -> Path:
+    """Where the segments of the job writing ``output`` live: a hidden directory beside it."""
+    return output.with_name(f".{output.name}.gpen-work")
+
+
+class SegmentStore:
+    """The finished segments of one job. ``job.json`` ties the directory to its input and
+    options: segments of another job are never mixed in."""
+
+    def __init__(self, directory: Path, job: dict) -> None:
+        self.directory = directory
+        manifest = directory / "job.json"
+        try:
+            directory.mkdir(exist_ok=True)
+            if manifest.exists():
+                if json.loads(manifest.read_text()) != job:
+                    raise OutputError(f"{directory} holds the work of another job (other input or options); "
+                                      f"delete it, or rerun with the options it was started with")
+            else:
+                _write_atomically(manifest, json.dumps(job, indent=1).encode())
+        except OSError as exc:
+            raise OutputError(f"cannot use the work directory {directory}: {exc.strerror or exc}") from None
+
+    def _path(self, index: int) -> Path:
+        return self.directory / f"segment-{index:06d}.bin"
+
+    def complete(self) -> int:
+        """How many segments, counted from the first, are finished."""
+        count = 0
+        while self._path(count).exists():
+            count += 1
+        return count
+
+    def save(self, index: int, packets: list[av.Packet]) -> None:
+        chunks = []
+        for p in packets:
+            payload = bytes(p)
+            chunks += [_RECORD.pack(_NONE if p.pts is None else p.pts, _NONE if p.dts is None else p.dts,
+                                    p.duration or 0, int(p.is_keyframe), len(payload)), payload]
+        _write_atomically(self._path(index), b"".join(chunks))
+
+    def load(self, index: int) -> list[av.Packet]:
+        data = self._path(index).read_bytes()
+        packets, offset = [], 0
+        while offset < len(data):
+            pts, dts, duration, key, size = _RECORD.unpack_from(data, offset)
+            offset += _RECORD.size
+            packet = av.Packet(data[offset : offset + size])
+            offset += size
+            packet.pts = None if pts == _NONE else pts
+            packet.dts = None if dts == _NONE else dts
+            packet.duration = duration
+            packet.is_keyframe = bool(key)
+            packets.append(packet)
+        return packets
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """A file that exists whole or not at all, even after a power cut or ``kill -9``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class SegmentedWriter:
+    """Takes the pipeline's frames like a :class:`VideoWriter`, from frame ``first_frame`` on,
+    encoding them segment by segment; :meth:`close` assembles OUTPUT through ``writer``."""
+
+    def __init__(self, writer: VideoWriter, store: SegmentStore, source: Path, segment_frames: int) -> None:
+        self.writer = writer
+        self.store = store
+        self.source = source
+        self.segment_frames = segment_frames
+        self.segment = store.complete()
+        self.first_frame = self.segment * segment_frames
+        self.warnings = writer.warnings
+        self._encoder: av.codec.context.CodecContext | None = None
+        self._packets: list[av.Packet] = []
+        self._frames = 0  # in the current segment
+
+    @property
+    def copied_streams(self) -> set[int]:
+        return set()  # the other streams are copied from the source when OUTPUT is assembled
+
+    def write(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> None:
+        if self._encoder is None:
+            self._encoder = self.writer.new_encoder()
+            self._encoder.open()
+        try:
+            self._packets += self._encoder.encode(self.writer.encoder_frame(source, planes))
+        except av.FFmpegError as exc:
+            raise OutputError(f"encoding failed at frame {source.index}: {exc.strerror or exc}") from None
+        self._frames += 1
+        if self._frames == self.segment_frames:
+            self._finish_segment()
+
+    def _finish_segment(self) -> None:
+        self._packets += self._encoder.encode(None)
+        self.store.save(self.segment, self._packets)
+        self.segment += 1
+        self._encoder, self._packets, self._frames = None, [], 0
+
+    def close(self) -> None:
+        """Save the last segment, assemble OUTPUT from all of them, and drop the work directory."""
+        if self._frames:
+            self._finish_segment()
+        try:
+            self._assemble()
+        except BaseException:
+            self.writer.abort()
+            raise
+        self.store.remove()
+
+    def _assemble(self) -> None:
+        time_base = self.writer.info.time_base
+        with open_input(self.source) as source:
+            streams = [s for s in source.streams if s.index in self.writer.copied_streams]
+            others = (p for p in source.demux(streams) if p.dts is not None) if streams else iter(())
+            waiting = next(others, None)
+            last_dts: int | None = None
+            for index in range(self.segment):
+                for packet in self.store.load(index):
+                    packet.time_base = time_base
+                    if packet.dts is not None:
+                        # A segment's encoder starts its decoding clock afresh; it must still run on.
+                        if last_dts is not None and packet.dts <= last_dts:
+                            packet.dts = last_dts + 1
+                        last_dts = packet.dts
+                        now = float(packet.dts * time_base)
+                        while waiting is not None and float(waiting.dts * waiting.time_base) <= now:
+                            self.writer.write_packet(waiting)
+                            waiting = next(others, None)
+                    self.writer.write_encoded([packet])
+            while waiting is not None:
+                self.writer.write_packet(waiting)
+                waiting = next(others, None)
+            self.writer.close()
+
+    def abort(self) -> None:
+        """Drop the unfinished segment and the partial OUTPUT; finished segments stay for --resume."""
+        self._encoder, self._packets = None, []
+        self.writer.abort()
