@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,8 +96,11 @@ def _check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str
     parent = output.resolve().parent
     if not parent.is_dir():
         raise UsageError(f"output directory does not exist: {parent}")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"output directory is not writable: {parent}")
+    try:  # a real probe: permissions, read-only file systems and ACLs all answer the same way
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError:
+        raise UsageError(f"output directory is not writable: {parent}") from None
 
 
 def _settings(devices: list[str], precision: str | None, batch_size: int, compile: bool | None,

@@ -29,7 +29,8 @@ def test_help_and_version():
     out = gpen_video("--help")
     assert out.returncode == 0
     for option in ("--gpus", "--model", "--weights", "--precision", "--batch-size", "--detector", "--detector-weights",
-                   "--strength", "--smooth", "--codec", "--crf", "--preset", "--tracks-out", "--overwrite",
+                   "--strength", "--smooth", "--codec", "--crf", "--preset", "--tracks-out", "--overwrite", "--resume",
+                   "--segment-frames",
                    "--device", "--quiet", "examples:"):
         assert option in out.stdout
     version = gpen_video("--version")
