@@ -39,15 +39,17 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpen-video", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
+    p = argparse.ArgumentParser(
+        prog="gpen-video", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
     p.add_argument("input", type=Path, help="video (mp4, mov, mkv, webm, ...) or image")
     p.add_argument("output", type=Path, help="where to write the result; the container follows the extension")
     p.add_argument("--version", action="version", version=f"gpen-video {__version__}")
     dev = p.add_argument_group("devices")
     dev.add_argument("--gpus", type=_gpus, help="comma-separated CUDA GPU numbers (default: 0 when a GPU exists)")
     dev.add_argument("--device", choices=["cpu", "cuda"], help="force the CPU (slow) or CUDA")
-    dev.add_argument("--precision", choices=sorted(PRECISIONS), help="GPEN arithmetic (default fp16 on GPU, fp32 on CPU)")
+    dev.add_argument("--precision", choices=sorted(PRECISIONS),
+                     help="GPEN arithmetic (default fp16 on GPU, fp32 on CPU)")
     dev.add_argument("--batch-size", type=int, default=16, help="frames per detection batch and faces per GPEN batch")
     dev.add_argument("--no-compile", dest="compile", action="store_false", default=None,
                      help="skip torch.compile on GPUs (starts faster, runs slower)")

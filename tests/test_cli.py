@@ -20,7 +20,8 @@ def gpen_video(*args: object, weights: Path | None = None) -> subprocess.Complet
     extra = []
     if weights is not None:
         extra = ["--device", "cpu", "--weights", str(weights), "--detector", "retinaface-mobile",
-                 "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")), "--preset", "ultrafast"]
+                 "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")),
+                 "--preset", "ultrafast"]
     return subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args), *extra],
                           capture_output=True, text=True, timeout=600)
 

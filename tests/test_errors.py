@@ -112,7 +112,8 @@ def test_interrupt_exits_130_and_leaves_nothing(sig, small_gpen, tmp_path):
 
     out = tmp_path / "out.mp4"
     args = [sys.executable, "-m", "gpen_video.cli", SAMPLE, out, "--device", "cpu", "--weights", small_gpen,
-            "--detector", "retinaface-mobile", "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth")]
+            "--detector", "retinaface-mobile",
+            "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth")]
     proc = subprocess.Popen(list(map(str, args)), stderr=subprocess.PIPE, text=True)
     seen = ""
     while "frame/s" not in seen:  # wait until frames are flowing through every stage

@@ -145,11 +145,12 @@ class FaceTracker:
 
     Detections are matched to tracks by landmark distance in face scales plus (1 - IoU), optimally
     over all pairs; a pair needs a distance of at most ``max_distance`` scales per frame apart (a
-    handheld phone pan moves a face up to 1.2 eye distances from one frame to the next) and an IoU of at least ``min_iou`` (no overlap
-    means another face). A thumbnail difference above ``cut_threshold`` is a scene cut and ends
-    every track (see ``SceneCutDetector``): 25 lies well above the largest frame-to-frame change
-    in the test videos (13, handheld), except whip pans of the phone selfie (up to 70, where a
-    split track costs little), and below the smallest difference between two of them (38).
+    handheld phone pan moves a face up to 1.2 eye distances from one frame to the next) and an IoU
+    of at least ``min_iou`` (no overlap means another face). A thumbnail difference above
+    ``cut_threshold`` is a scene cut and ends every track (see ``SceneCutDetector``): 25 lies well
+    above the largest frame-to-frame change in the test videos (13, handheld), except whip pans of
+    the phone selfie (up to 70, where a split track costs little), and below the smallest
+    difference between two of them (38).
     """
 
     def __init__(self, smooth: float = 1.0, max_gap: int = 5, max_distance: float = 1.5, min_iou: float = 0.1,

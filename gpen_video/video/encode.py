@@ -6,6 +6,7 @@ face touched are the decoded ones, so they stay bit-identical with a lossless co
 
 from __future__ import annotations
 
+import glob
 import logging
 import math
 import os
@@ -114,7 +115,7 @@ def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, s
 def _remove_stale_partials(output: Path) -> None:
     """Delete temporary files that runs killed outright (``kill -9``, power loss) left beside OUTPUT;
     a partial file of a process still running is left alone."""
-    for path in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):
+    for path in output.parent.glob(glob.escape(f".{output.stem}.partial-") + "*" + glob.escape(output.suffix)):
         pid = path.name.removeprefix(f".{output.stem}.partial-").removesuffix(output.suffix)
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
