@@ -101,22 +101,26 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
 
     Damage does not stop decoding. A frame decoded with concealed errors is marked "corrupt". A
     frame whose packet could not be decoded is replaced by the previous frame at the lost frame's
-    time (marked "repeated"), so the source's frame count and timing are kept: frames come out in
-    presentation order, so a packet time passed by without its frame was lost.
+    time (marked "repeated"), so the source's frame count and timing are kept. Frames come out in
+    presentation order, so a packet time passed by without its frame was lost; it is stood in for
+    only while decode failures are unaccounted for, since some packets carry no frame of their
+    own (a second field, a skipped frame).
     """
     video = container.streams.video[0]
     streams = [video] + [s for s in container.streams if s.index in copy_streams]
     expected: list[int] = []  # presentation times of video packets whose frames have not come out
     last: SourceFrame | None = None
+    failures = 0  # packets that failed to decode and have no stand-in yet
     index = 0
 
     def stand_ins(before: int | None) -> Iterator[SourceFrame]:
         """The previous frame again for each expected time before ``before`` (None: all left)."""
-        nonlocal index
+        nonlocal index, failures
         while expected and (before is None or expected[0] < before):
             pts = expected.pop(0)
-            if last is None or pts <= last.frame.pts:
-                continue  # nothing to repeat yet, or a time already shown
+            if not failures or last is None or pts <= last.frame.pts:
+                continue  # a packet without a frame of its own, nothing to repeat yet, or a time shown
+            failures -= 1
             copy = planes_to_frame(frame_planes(last.frame), last.frame)
             copy.pts, copy.time_base = pts, last.frame.time_base
             yield SourceFrame(index, copy, last.layout, damage="repeated")
@@ -132,7 +136,8 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
         try:
             frames = packet.decode()
         except av.InvalidDataError:
-            continue  # the frames it would have given are stood in for below
+            failures += 1  # the frame it would have given is stood in for below
+            continue
         for frame in frames:
             if frame.pts is not None:
                 if last is not None and last.frame.pts is not None and frame.pts <= last.frame.pts:
