@@ -2,8 +2,9 @@
 
 Builds its clips from the real samples in ../shared (scaled to 1080p and looped), then prints one
 table: transcode-only fps, our fps on a one-face clip and the ratio, the official-style baseline
-(benchmarks/official_style.py) and our speed-up over it, restored faces/s on the crowd clip, peak
-host memory, and each stage's busy share.
+(benchmarks/official_style.py) and our speed-up over it, restored faces/s on the crowd clip (on
+one GPU and on all of ``--gpus``), the peak host memory of a short and a long run, and each
+stage's busy share.
 
     python benchmarks/pipeline_bench.py --weights GPEN.pth --detector-weights retinaface.pth
     python benchmarks/pipeline_bench.py --smoke ...   # CPU, a few frames: checks the harness
@@ -16,6 +17,8 @@ import json
 import os
 import queue
 import resource
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -109,6 +112,23 @@ class _Rows(dict):
             Path(self.path).write_text(json.dumps(self, indent=1))
 
 
+# VmHWM, not getrusage: ru_maxrss survives exec, so the child would report the bench's own peak.
+_PEAK_RSS = """
+import json, re, sys
+from pathlib import Path
+from gpen_video.api import restore_video
+restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
+print(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
+"""
+
+
+def peak_rss_mib(clip: Path, output: Path, options: dict) -> float:
+    """Peak resident memory of a whole run in a process of its own (MiB)."""
+    run = subprocess.run([sys.executable, "-c", _PEAK_RSS, str(clip), str(output), json.dumps(options)],
+                         check=True, capture_output=True, text=True)
+    return int(run.stdout.split()[-1]) / 1024
+
+
 def _busy(summary) -> dict[str, float]:
     return {k: round(v / summary.seconds, 3) for k, v in sorted(summary.busy.items())}
 
@@ -122,6 +142,9 @@ def main() -> None:
     ap.add_argument("--gpus", default="0", help="GPUs for the multi-GPU rows, e.g. 0,1 (one GPU: no such rows)")
     ap.add_argument("--seconds", type=float, default=60.0, help="length of the one-face clip")
     ap.add_argument("--crowd-seconds", type=float, default=20.0)
+    ap.add_argument("--long-seconds", type=float, default=600.0,
+                    help="length of the long one-face clip whose peak memory is compared with the short one's "
+                         "(0: skip)")
     ap.add_argument("--preset", default="veryfast")
     ap.add_argument("--crowd-preset", default="ultrafast",
                     help="x264 preset of the crowd runs: fast enough that the GPUs, not the encoder, set the pace")
@@ -136,6 +159,7 @@ def main() -> None:
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
     size = None if args.smoke else (1920, 1080)
     seconds, crowd_seconds = (2.0, 1.0) if args.smoke else (args.seconds, args.crowd_seconds)
+    long_seconds = min(args.long_seconds, 4.0) if args.smoke else args.long_seconds
     settings = EncoderSettings(preset=args.preset)
     options = dict(weights=args.weights, detector=args.detector, detector_weights=args.detector_weights,
                    batch_size=args.batch_size, precision=args.precision, preset=args.preset, progress=False,
@@ -178,12 +202,24 @@ def main() -> None:
             ours_all = restore_video(one_face, tmp_path / "o2.mp4", **all_gpus, **options)
             rows["our_fps_all_gpus"] = ours_all.fps
             rows["one_face_busy_all_gpus"] = _busy(ours_all)
+        if long_seconds:
+            longer = build_clip(SHARED / "talking_head_speech_retalking2.mp4", tmp_path / "long.mp4", long_seconds,
+                                size)
+            # Peak memory of whole runs, each in a fresh process: it must not grow with the length.
+            rss_options = {**one_gpu, **options, "weights": args.weights and str(args.weights),
+                           "detector_weights": args.detector_weights and str(args.detector_weights)}
+            rows["run_rss_mib_short"] = peak_rss_mib(one_face, tmp_path / "rs.mp4", rss_options)
+            rows["run_rss_mib_long"] = peak_rss_mib(longer, tmp_path / "rl.mp4", rss_options)
+            rows["run_rss_growth"] = rows["run_rss_mib_long"] / rows["run_rss_mib_short"] - 1
     rows["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\n| transcode fps | our fps (1 face) | ratio | official-style fps | speed-up | crowd faces/s | "
           f"faces/frame | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n"
           f"| {rows['transcode_fps']:.1f} | {rows['our_fps']:.1f} | {rows['ratio']:.2f} | {rows['baseline_fps']:.2f} | "
           f"{rows['speedup']:.1f} | {rows['crowd_faces_per_s']:.1f} | {rows['crowd_faces_per_frame']:.1f} | "
           f"{rows['peak_rss_mib']:.0f} |")
+    if "run_rss_growth" in rows:
+        print(f"\npeak RSS of a whole run: {rows['run_rss_mib_short']:.0f} MiB ({seconds:g} s clip), "
+              f"{rows['run_rss_mib_long']:.0f} MiB ({long_seconds:g} s clip): {rows['run_rss_growth']:+.1%}")
     if "gpus" in rows:
         print(f"\n| GPUs | crowd faces/s | scaling | one-face fps | transcode fps |\n|---|---|---|---|---|\n"
               f"| 1 | {rows['crowd_faces_per_s']:.1f} | 1.00 | {rows['our_fps']:.1f} | {rows['transcode_fps']:.1f} |\n"

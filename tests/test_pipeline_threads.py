@@ -70,12 +70,15 @@ def _looped_clip(path: Path, loops: int) -> None:
     write_clip(path, frames * loops, options={"crf": "23"})
 
 
+# Peak RSS from VmHWM: getrusage's ru_maxrss survives exec, so a child would report at least
+# the pytest process's own peak, whatever the run used.
 _PEAK_RSS = textwrap.dedent("""
-    import resource, sys
+    import re, sys
+    from pathlib import Path
     from gpen_video.api import restore_video
     restore_video(sys.argv[1], sys.argv[2], device="cpu", weights=sys.argv[3], detector="retinaface-mobile",
                   detector_weights=sys.argv[4], progress=False, preset="ultrafast", batch_size=8)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    print(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
 """)
 
 
