@@ -156,20 +156,17 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
     try:
         encoder_settings = EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt)
         writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, encoder_settings)
-        if resume:
-            stat = input.stat()
-            job = {"input": str(input.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                   "segment_frames": segment_frames,
-                   "options": repr((model, str(weights), precision, detector, threshold, min_face, max_faces,
-                                    strength, smooth, encoder_settings))}
-            try:
-                writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), job), input, segment_frames)
-            except BaseException:
-                writer.abort()
-                raise
-        start_frame = writer.first_frame if isinstance(writer, SegmentedWriter) else 0
         tracks = None
         try:
+            start_frame = 0
+            if resume:
+                stat = input.stat()
+                job = {"input": str(input.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                       "segment_frames": segment_frames,
+                       "options": repr((model, str(weights), precision, detector, threshold, min_face, max_faces,
+                                        strength, smooth, encoder_settings))}
+                writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), job), input, segment_frames)
+                start_frame = writer.first_frame
             workers = [DeviceWorker(state_dict, s) for s in settings]
             tracks = TracksWriter(Path(tracks_out)) if tracks_out else None
             bar = tqdm(total=info.frames, initial=start_frame, unit="frame", disable=not progress, dynamic_ncols=True)

@@ -23,7 +23,7 @@ import av
 import numpy as np
 
 from .faces.detect import box_size
-from .faces.track import FaceTracker, SceneCutDetector, TrackedFrame
+from .faces.track import FaceTracker, TrackedFrame
 from .faces.tracks_file import TracksWriter
 from .restore import DeviceWorker, Restored
 from .video.decode import SourceFrame, demux
@@ -99,7 +99,7 @@ class Pipeline:
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
         self.start_frame = start_frame
-        self.first_tracked = max(0, start_frame - (2 * tracker.lookahead + SceneCutDetector.HISTORY))
+        self.first_tracked = max(0, start_frame - tracker.context)
         self.frames_decoded = 0
         # Stage threads still running, counted by the stages themselves: an interrupted
         # Thread.join() can report a thread as finished while it still runs.

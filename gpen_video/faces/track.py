@@ -176,6 +176,12 @@ class FaceTracker:
         is only resolved ``max_gap`` frames later, and the smoother reads up to t + radius."""
         return self._radius + self.max_gap
 
+    @property
+    def context(self) -> int:
+        """Frames to push before frame t so that t comes out as in a run from the first frame:
+        the lookahead of the frames before t, plus the scene-cut detector's history."""
+        return 2 * self.lookahead + SceneCutDetector.HISTORY
+
     def push(self, index: int, time: float, faces: list[Face], thumbnail: np.ndarray) -> list[TrackedFrame]:
         """Add the next frame (its detections and its :func:`scene_thumbnails`); returns the frames now final."""
         if self._cuts.is_cut(thumbnail):

@@ -111,19 +111,21 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
     expected: list[int] = []  # presentation times of video packets whose frames have not come out
     last: SourceFrame | None = None
     failures = 0  # packets that failed to decode and have no stand-in yet
+    stood_in: int | None = None  # the latest time a stand-in was shown at
     index = 0
 
     def stand_ins(before: int | None) -> Iterator[SourceFrame]:
         """The previous frame again for each expected time before ``before`` (None: all left)."""
-        nonlocal index, failures
+        nonlocal index, failures, stood_in
         while expected and (before is None or expected[0] < before):
             pts = expected.pop(0)
-            if not failures or last is None or pts <= last.frame.pts:
+            if not failures or last is None or last.frame.pts is None or pts <= last.frame.pts:
                 continue  # a packet without a frame of its own, nothing to repeat yet, or a time shown
             failures -= 1
             copy = planes_to_frame(frame_planes(last.frame), last.frame)
             copy.pts, copy.time_base = pts, last.frame.time_base
             yield SourceFrame(index, copy, last.layout, damage="repeated")
+            stood_in = pts
             index += 1
 
     for packet in container.demux(streams):
@@ -140,8 +142,8 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
             continue
         for frame in frames:
             if frame.pts is not None:
-                if last is not None and last.frame.pts is not None and frame.pts <= last.frame.pts:
-                    continue  # out of order after damage: its time has been shown
+                if stood_in is not None and frame.pts <= stood_in:
+                    continue  # decoded late after damage: a stand-in already showed its time
                 yield from stand_ins(frame.pts)
                 if expected and expected[0] == frame.pts:
                     expected.pop(0)
@@ -150,8 +152,7 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
                                damage="corrupt" if frame.is_corrupt else "")
             yield last
             index += 1
-    if last is not None and last.frame.pts is not None:
-        yield from stand_ins(None)
+    yield from stand_ins(None)
 
 
 def read_frames(path: str | Path, limit: int | None = None) -> Iterator[SourceFrame]:
