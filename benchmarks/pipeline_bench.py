@@ -112,77 +112,65 @@ class _Rows(dict):
             Path(self.path).write_text(json.dumps(self, indent=1))
 
 
-# VmHWM, not getrusage, for the run's own process: ru_maxrss survives exec, so it would report the
-# bench's own peak. Its worker processes are waited for, so RUSAGE_CHILDREN holds the largest of them.
+# VmHWM, not getrusage: ru_maxrss survives exec, so the child would report the bench's own peak.
 _PEAK_RSS = """
-import json, re, resource, sys
+import json, re, sys
 from pathlib import Path
 from gpen_video.api import restore_video
 restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
-print(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1),
-      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
 """
 
 
-def peak_rss_mib(clip: Path, output: Path, options: dict) -> tuple[float, float]:
-    """Peak resident memory of a whole run in a process of its own, and of its largest worker process (MiB)."""
+def peak_rss_mib(clip: Path, output: Path, options: dict) -> float:
+    """Peak resident memory of a whole run in a process of its own (MiB)."""
     run = subprocess.run([sys.executable, "-c", _PEAK_RSS, str(clip), str(output), json.dumps(options)],
                          check=True, capture_output=True, text=True)
-    main_kib, worker_kib = run.stdout.split()[-2:]
-    return int(main_kib) / 1024, int(worker_kib) / 1024
+    return int(run.stdout.split()[-1]) / 1024
 
 
 def _busy(summary) -> dict[str, float]:
     return {k: round(v / summary.seconds, 3) for k, v in sorted(summary.busy.items())}
 
 
-# Ways to place the device workers, compared with the tool's default placement (the headline rows):
-# worker_processes and workers_per_device of restore_video.
-VARIANTS = {"in-process": {"worker_processes": False}, "own-process": {"worker_processes": True},
-            "own-process-x2": {"worker_processes": True, "workers_per_device": 2}}
-
-
 def _throughput(rows: _Rows, args: argparse.Namespace, one_face: Path, crowd: Path, tmp_path: Path, device: str,
                 gpus: list[int], one_gpu: dict, options: dict, settings: EncoderSettings) -> None:
-    """The speed rows: each pipeline run with the default worker placement, then again, side by
-    side, with each placement of ``--compare`` (rows suffixed with its name)."""
+    """The speed rows: transcode-only, one face, the official-style baseline, the crowd, all GPUs."""
     rows["transcode_fps"] = transcode_fps(one_face, tmp_path / "t.mp4", settings)
     warm = restore_video(crowd, tmp_path / "warm.mp4", **one_gpu, **options)  # first batches autotune: not timed
     rows["warmup_seconds"] = warm.seconds
-    crowd_options = {**options, "preset": args.crowd_preset}
-    rows["crowd_transcode_fps"] = transcode_fps(crowd, tmp_path / "ct.mp4", EncoderSettings(preset=args.crowd_preset))
-    places = [("", one_gpu)]
-    if device == "cuda" and len(gpus) > 1:
-        rows["gpus"] = len(gpus)
-        places.append(("_all_gpus", {"gpus": gpus}))
-    compare = [v for v in args.compare.split(",") if v]
-    for variant in ["", *compare]:
-        mode = variant and f"_{variant}"
-        placement = VARIANTS[variant] if variant else {}
-        for suffix, place in places:
-            ours = restore_video(one_face, tmp_path / "o.mp4", **place, **options, **placement)
-            rows[f"our_fps{suffix}{mode}"] = ours.fps
-            rows[f"one_face_busy{suffix}{mode}"] = _busy(ours)
-            many = restore_video(crowd, tmp_path / "c.mp4", **place, **crowd_options, **placement)
-            rows[f"crowd_faces_per_s{suffix}{mode}"] = many.faces / many.seconds
-            rows[f"crowd_fps{suffix}{mode}"] = many.fps
-            rows[f"crowd_busy{suffix}{mode}"] = _busy(many)
-            rows["crowd_faces_per_frame"] = many.faces / many.frames
-        rows[f"ratio{mode}"] = rows[f"our_fps{mode}"] / rows["transcode_fps"]
-        if "gpus" in rows:
-            rows[f"crowd_scaling{mode}"] = rows[f"crowd_faces_per_s_all_gpus{mode}"] / rows[f"crowd_faces_per_s{mode}"]
+    ours = restore_video(one_face, tmp_path / "o.mp4", **one_gpu, **options)
+    rows["our_fps"] = ours.fps
+    rows["ratio"] = ours.fps / rows["transcode_fps"]
+    rows["one_face_busy"] = _busy(ours)
     baseline_frames = 10 if args.smoke else args.baseline_frames
     rows["baseline_fps"] = official_style_fps(one_face, tmp_path / "b.mp4", args.weights, args.detector,
                                               args.detector_weights, settings, device, limit=baseline_frames)
     rows["speedup"] = rows["our_fps"] / rows["baseline_fps"]
+    crowd_options = {**options, "preset": args.crowd_preset}
+    crowd_settings = EncoderSettings(preset=args.crowd_preset)
+    rows["crowd_transcode_fps"] = transcode_fps(crowd, tmp_path / "ct.mp4", crowd_settings)
+    many = restore_video(crowd, tmp_path / "c.mp4", **one_gpu, **crowd_options)
+    rows["crowd_faces_per_s"] = many.faces / many.seconds
+    rows["crowd_fps"] = many.fps
+    rows["crowd_faces_per_frame"] = many.faces / many.frames
+    rows["crowd_busy"] = _busy(many)
+    if device == "cuda" and len(gpus) > 1:
+        all_gpus = {"gpus": gpus}
+        many_all = restore_video(crowd, tmp_path / "c2.mp4", **all_gpus, **crowd_options)
+        rows["gpus"] = len(gpus)
+        rows["crowd_faces_per_s_all_gpus"] = many_all.faces / many_all.seconds
+        rows["crowd_scaling"] = rows["crowd_faces_per_s_all_gpus"] / rows["crowd_faces_per_s"]
+        rows["crowd_busy_all_gpus"] = _busy(many_all)
+        ours_all = restore_video(one_face, tmp_path / "o2.mp4", **all_gpus, **options)
+        rows["our_fps_all_gpus"] = ours_all.fps
+        rows["one_face_busy_all_gpus"] = _busy(ours_all)
 
 
 def _print_memory(rows: _Rows, seconds: float, long_seconds: float) -> None:
     if "run_rss_growth" in rows:
-        print(f"\npeak RSS of a whole run (main process + largest worker process): "
-              f"{rows['run_rss_mib_short']:.0f} + {rows['worker_rss_mib_short']:.0f} MiB ({seconds:g} s clip), "
-              f"{rows['run_rss_mib_long']:.0f} + {rows['worker_rss_mib_long']:.0f} MiB ({long_seconds:g} s clip): "
-              f"{rows['run_rss_growth']:+.1%}")
+        print(f"\npeak RSS of a whole run: {rows['run_rss_mib_short']:.0f} MiB ({seconds:g} s clip), "
+              f"{rows['run_rss_mib_long']:.0f} MiB ({long_seconds:g} s clip): {rows['run_rss_growth']:+.1%}")
 
 
 def main() -> None:
@@ -204,9 +192,6 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--precision", default=None)
     ap.add_argument("--smoke", action="store_true", help="CPU, two seconds of small video")
-    ap.add_argument("--compare", default="in-process",
-                    help=f"worker placements to run side by side with the default, comma-separated: "
-                         f"{', '.join(VARIANTS)} (empty: none)")
     ap.add_argument("--memory-only", action="store_true", help="only the peak memory of a short and a long run")
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args()
@@ -237,12 +222,11 @@ def main() -> None:
             # Peak memory of whole runs, each in a fresh process: it must not grow with the length.
             rss_options = {**one_gpu, **options, "weights": args.weights and str(args.weights),
                            "detector_weights": args.detector_weights and str(args.detector_weights)}
-            rows["run_rss_mib_short"], rows["worker_rss_mib_short"] = peak_rss_mib(one_face, tmp_path / "rs.mp4",
-                                                                                   rss_options)
-            rows["run_rss_mib_long"], rows["worker_rss_mib_long"] = peak_rss_mib(longer, tmp_path / "rl.mp4",
-                                                                                 rss_options)
-            total = {k: rows[f"run_rss_mib_{k}"] + rows[f"worker_rss_mib_{k}"] for k in ("short", "long")}
-            rows["run_rss_growth"] = total["long"] / total["short"] - 1
+            if device == "cuda":  # the first run compiles GPEN with a cold cache and peaks higher than any later one
+                rows["run_rss_mib_first"] = peak_rss_mib(one_face, tmp_path / "rs.mp4", rss_options)
+            rows["run_rss_mib_short"] = peak_rss_mib(one_face, tmp_path / "rs.mp4", rss_options)
+            rows["run_rss_mib_long"] = peak_rss_mib(longer, tmp_path / "rl.mp4", rss_options)
+            rows["run_rss_growth"] = rows["run_rss_mib_long"] / rows["run_rss_mib_short"] - 1
     rows["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.memory_only:
         _print_memory(rows, seconds, long_seconds)
@@ -253,14 +237,11 @@ def main() -> None:
           f"{rows['speedup']:.1f} | {rows['crowd_faces_per_s']:.1f} | {rows['crowd_faces_per_frame']:.1f} | "
           f"{rows['peak_rss_mib']:.0f} |")
     _print_memory(rows, seconds, long_seconds)
-    print("\n| workers | GPUs | crowd faces/s | scaling | one-face fps | transcode fps |\n|---|---|---|---|---|---|")
-    for mode, label in [("", "default"), *((f"_{v}", v) for v in args.compare.split(",") if v)]:
-        print(f"| {label} | 1 | {rows['crowd_faces_per_s' + mode]:.1f} | 1.00 | {rows['our_fps' + mode]:.1f} | "
-              f"{rows['transcode_fps']:.1f} |")
-        if "gpus" in rows:
-            print(f"| {label} | {rows['gpus']} | {rows['crowd_faces_per_s_all_gpus' + mode]:.1f} | "
-                  f"{rows['crowd_scaling' + mode]:.2f} | {rows['our_fps_all_gpus' + mode]:.1f} | "
-                  f"{rows['transcode_fps']:.1f} |")
+    if "gpus" in rows:
+        print(f"\n| GPUs | crowd faces/s | scaling | one-face fps | transcode fps |\n|---|---|---|---|---|\n"
+              f"| 1 | {rows['crowd_faces_per_s']:.1f} | 1.00 | {rows['our_fps']:.1f} | {rows['transcode_fps']:.1f} |\n"
+              f"| {rows['gpus']} | {rows['crowd_faces_per_s_all_gpus']:.1f} | {rows['crowd_scaling']:.2f} | "
+              f"{rows['our_fps_all_gpus']:.1f} | {rows['transcode_fps']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import time
@@ -23,7 +22,6 @@ from .video.decode import InputError, open_input, probe
 from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter
 from .video.segments import SEGMENT_FRAMES, SegmentedWriter, SegmentStore, work_dir_for
 from .weights import DEFAULT_MODEL, load_gpen_weights
-from .worker_process import SharedFrames, WorkerProcess
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -122,30 +120,6 @@ def _settings(devices: list[str], precision: str | None, batch_size: int, compil
     return out
 
 
-def _start_workers(settings: list[DeviceSettings], state_dict: dict[str, torch.Tensor], model: str,
-                   weights: str | Path | None, processes: bool | None,
-                   cleanup: contextlib.ExitStack) -> tuple[list[DeviceWorker | WorkerProcess], SharedFrames | None]:
-    """One worker per device setting: in a process of its own where ``processes`` says so (by
-    default every GPU, whose kernel launches would otherwise hold the GIL the codec threads need),
-    else in this process. Processes start first, so they load and compile alongside each other."""
-    separate = [s.device.startswith("cuda") if processes is None else processes for s in settings]
-    frames = None
-    if any(separate):
-        frames = SharedFrames()
-        cleanup.callback(frames.close)
-    workers: list[DeviceWorker | WorkerProcess] = []
-    for s, own_process in zip(settings, separate):
-        if own_process:
-            worker = WorkerProcess(s, model, weights, frames)
-            cleanup.callback(worker.close)
-            workers.append(worker)
-    workers += [DeviceWorker(state_dict, s) for s, own_process in zip(settings, separate) if not own_process]
-    for worker in workers:
-        if isinstance(worker, WorkerProcess):
-            worker.wait_ready()
-    return workers, frames
-
-
 def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | None = None,
                   device: str | None = None, model: str = DEFAULT_MODEL, weights: str | Path | None = None,
                   precision: str | None = None, batch_size: int = 16, compile: bool | None = None,
@@ -154,8 +128,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                   strength: float = 1.0, smooth: float | None = None, codec: str | None = None,
                   crf: int | None = None, preset: str | None = None, pix_fmt: str | None = None,
                   tracks_out: str | Path | None = None, overwrite: bool = False, progress: bool = True,
-                  resume: bool = False, segment_frames: int = SEGMENT_FRAMES, workers_per_device: int = 1,
-                  worker_processes: bool | None = None) -> Summary:
+                  resume: bool = False, segment_frames: int = SEGMENT_FRAMES, workers_per_device: int = 1) -> Summary:
     """Restore every face in ``input`` and write ``output``; audio, timing and metadata are kept.
 
     With ``resume`` the video is encoded in segments of ``segment_frames`` frames kept in a work
@@ -163,7 +136,6 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
 
     ``workers_per_device`` > 1 runs several workers on each device (each with its own model
     replica); it exists to exercise multi-worker dispatch where only one device is at hand.
-    ``worker_processes`` runs each worker in a process of its own (default: GPUs do, the CPU not).
 
     Returns the :class:`Summary`. Raises ``InputError``, ``OutputError``, ``UsageError`` or
     ``WeightsError`` (one-line messages) before any output exists when something cannot work.
@@ -181,7 +153,6 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
     info = probe(input)
     state_dict, _ = load_gpen_weights(model, weights, progress)
     container = open_input(input)
-    cleanup = contextlib.ExitStack()
     try:
         encoder_settings = EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt)
         writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, encoder_settings)
@@ -196,7 +167,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                                         strength, smooth, encoder_settings))}
                 writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), job), input, segment_frames)
                 start_frame = writer.first_frame
-            workers, shared_frames = _start_workers(settings, state_dict, model, weights, worker_processes, cleanup)
+            workers = [DeviceWorker(state_dict, s) for s in settings]
             tracks = TracksWriter(Path(tracks_out)) if tracks_out else None
             bar = tqdm(total=info.frames, initial=start_frame, unit="frame", disable=not progress, dynamic_ncols=True)
             faces = [0]
@@ -208,8 +179,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
 
             tracker = FaceTracker() if smooth is None else FaceTracker(smooth=smooth)
             pipeline = Pipeline(container, writer, workers, tracker, batch_frames=batch_size,
-                                tracks=tracks, on_frame=on_frame, start_frame=start_frame,
-                                shared_frames=shared_frames)
+                                tracks=tracks, on_frame=on_frame, start_frame=start_frame)
             try:
                 result = pipeline.run()
             finally:
@@ -220,7 +190,6 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                 tracks.abort()
             raise
     finally:
-        cleanup.close()
         container.close()
     memory = [f"{w.device}: out of memory {w.out_of_memory} time(s), GPEN batch lowered to {w.face_batch}"
               for w in workers if w.out_of_memory]

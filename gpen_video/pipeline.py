@@ -29,7 +29,6 @@ from .restore import DeviceWorker, Restored
 from .video.decode import SourceFrame, demux
 from .video.encode import VideoWriter
 from .video.segments import SegmentedWriter
-from .worker_process import SharedFrames, WorkerProcess
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
 
@@ -78,9 +77,9 @@ class Pipeline:
     """Runs one video through the stages; :meth:`run` returns when the output is complete."""
 
     def __init__(self, container: av.container.InputContainer, writer: VideoWriter | SegmentedWriter,
-                 workers: list[DeviceWorker | WorkerProcess], tracker: FaceTracker, batch_frames: int,
+                 workers: list[DeviceWorker], tracker: FaceTracker, batch_frames: int,
                  tracks: TracksWriter | None = None, on_frame: Callable[[int, int], None] | None = None,
-                 start_frame: int = 0, shared_frames: SharedFrames | None = None) -> None:
+                 start_frame: int = 0) -> None:
         self.container = container
         self.writer = writer
         self.workers = workers
@@ -96,7 +95,6 @@ class Pipeline:
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
         in_flight = 2 * batch_frames * (len(workers) + 1) + tracker.lookahead + batch_frames
         self.slots = threading.Semaphore(in_flight)
-        self.shared_frames = shared_frames  # where worker processes see the frames in flight
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
@@ -123,12 +121,6 @@ class Pipeline:
         while not self.slots.acquire(timeout=_POLL):
             if self.stop.is_set():
                 raise Stopped
-
-    def _finish(self, source: SourceFrame) -> None:
-        """The frame has left the pipeline: its place in flight goes to the next one."""
-        if self.shared_frames is not None:
-            self.shared_frames.release(source.index)
-        self.slots.release()
 
     def _guard(self, stage: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -176,7 +168,7 @@ class Pipeline:
             self.tasks.put(_Task(1, "detect", batch))
         self.detected.put(("end", self.frames_decoded))
 
-    def _work(self, worker: DeviceWorker | WorkerProcess) -> None:
+    def _work(self, worker: DeviceWorker) -> None:
         while True:
             task = self._get(self.tasks)
             if task.kind == "detect":
@@ -207,7 +199,7 @@ class Pipeline:
             for tracked in done:
                 source = sources.pop(tracked.index)
                 if tracked.index < self.start_frame:  # context for a resumed job, encoded before
-                    self._finish(source)
+                    self.slots.release()
                     continue
                 if self.tracks is not None:
                     self.tracks.add(tracked)
@@ -265,7 +257,7 @@ class Pipeline:
                 self.counts["with_faces"] += bool(faces)
                 self.counts["damaged"] += bool(source.damage)
                 self.on_frame(1, faces)
-                self._finish(source)
+                self.slots.release()
                 next_index += 1
         t0 = time.perf_counter()
         self.writer.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,8 @@ from .faces.detect import Face, FaceDetector
 from .faces.track import scene_thumbnails
 from .model import build_inference_model
 from .model.graphs import GraphedModel
-from .video.colour import PlaneLayout
+from .video.colour import frame_planes
+from .video.decode import SourceFrame
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +49,14 @@ class Restored:
     faces: int
 
 
-class FrameData(Protocol):
-    """What a device needs of a frame: its YUV planes, from a decoded frame or shared memory."""
-
-    @property
-    def planes(self) -> list[np.ndarray]: ...
-
-    @property
-    def layout(self) -> PlaneLayout: ...
-
-
 FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
 _TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
 
 
-def _runs(frames: Sequence[FrameData]) -> list[slice]:
-    """Consecutive frames that share plane sizes, sample type and layout, so they convert as one batch."""
-    def key(f: FrameData) -> tuple:
-        return tuple(p.shape for p in f.planes), f.planes[0].dtype, f.layout
+def _runs(frames: Sequence[SourceFrame]) -> list[slice]:
+    """Consecutive frames that share size, format and layout, so they convert as one batch."""
+    def key(f: SourceFrame) -> tuple:
+        return f.frame.width, f.frame.height, f.frame.format.name, f.layout
 
     runs, start = [], 0
     for i in range(1, len(frames) + 1):
@@ -102,10 +92,10 @@ class DeviceWorker:
         self.compositor = Compositor(self.crop_size, self.device, settings.strength)
         self.reference = reference_points(self.crop_size)
 
-    def _upload(self, frames: Sequence[FrameData]) -> list[torch.Tensor]:
+    def _upload(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
         """The frames' planes on the device, (N, h, w) per plane; through a pinned buffer on a GPU,
         so the copy runs asynchronously and needs one host-side copy."""
-        host = [f.planes for f in frames]
+        host = [frame_planes(f.frame) for f in frames]
         pinned = self.device.type == "cuda"
         out = []
         for k in range(3):
@@ -124,7 +114,7 @@ class DeviceWorker:
         return [h.numpy() for h in host]
 
     @torch.no_grad()
-    def detect(self, frames: Sequence[FrameData]) -> tuple[list[list[Face]], np.ndarray]:
+    def detect(self, frames: Sequence[SourceFrame]) -> tuple[list[list[Face]], np.ndarray]:
         """The faces of each frame, and each frame's scene thumbnail for the tracker's cut detection."""
         faces: list[list[Face]] = []
         thumbnails = []
@@ -164,7 +154,7 @@ class DeviceWorker:
         return torch.cat(out) if out else crops
 
     @torch.no_grad()
-    def restore(self, frames: Sequence[FrameData], faces: Sequence[Sequence[FaceSpec]]) -> list[Restored]:
+    def restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]]) -> list[Restored]:
         """Restore ``faces[i]`` in ``frames[i]``; the planes come back merged with the decoded ones."""
         results = []
         for run in _runs(frames):

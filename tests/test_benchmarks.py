@@ -36,6 +36,5 @@ def test_pipeline_bench_smoke(tmp_path, golden):
                    env={**os.environ, "GPEN_VIDEO_SHARED": str(SHARED)})
     numbers = json.loads(out.read_text())
     assert numbers["transcode_fps"] > 0 and numbers["our_fps"] > 0 and numbers["baseline_fps"] > 0
-    assert numbers["our_fps_in-process"] > 0 and numbers["crowd_faces_per_s_in-process"] > 0
     assert numbers["crowd_faces_per_frame"] >= 3  # the crowd clip has ~8 faces; the harness must see them
     assert numbers["run_rss_mib_short"] > 100 and numbers["run_rss_mib_long"] > 100  # whole runs were measured

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -45,55 +42,6 @@ def test_two_workers_give_the_same_frames_in_the_same_order(small_gpen, tmp_path
     a, b = _frames(one), _frames(two)
     assert len(a) == len(b) == 100
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
-
-
-def test_worker_processes_give_the_same_frames_as_in_process_workers(small_gpen, tmp_path):
-    """Two workers in processes of their own (the GPU default), fed through shared memory."""
-    one, two = tmp_path / "one.mkv", tmp_path / "two.mkv"
-    restore_video(SAMPLE, one, codec="ffv1", batch_size=4, **_options(small_gpen))
-    summary = restore_video(SAMPLE, two, codec="ffv1", batch_size=4, workers_per_device=2, worker_processes=True,
-                            **_options(small_gpen))
-    assert summary.faces == 100
-    a, b = _frames(one), _frames(two)
-    assert len(a) == len(b) == 100
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
-    assert not multiprocessing.active_children()
-
-
-_KILLABLE_RUN = textwrap.dedent("""
-    import sys
-    from gpen_video.api import restore_video
-    restore_video(sys.argv[1], sys.argv[2], device="cpu", weights=sys.argv[3], detector="retinaface-mobile",
-                  detector_weights=sys.argv[4], progress=False, batch_size=4, worker_processes=True)
-""")
-
-
-def _worker_processes(pid: int) -> list[int]:
-    """The process's children started by multiprocessing (not its resource tracker)."""
-    tasks = Path(f"/proc/{pid}/task")
-    children = [int(c) for t in tasks.iterdir() for c in (t / "children").read_text().split()]
-    return [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-
-
-def test_a_killed_worker_process_fails_the_run_and_leaves_nothing(small_gpen, tmp_path):
-    """A worker process that dies mid-run (the OOM killer, a driver fault) ends the run with a
-    one-line error naming it; the output is not written."""
-    clip, out = tmp_path / "clip.mp4", tmp_path / "out" / "restored.mp4"
-    _looped_clip(clip, 4)
-    out.parent.mkdir()
-    run = subprocess.Popen([sys.executable, "-c", _KILLABLE_RUN, clip, out, small_gpen,
-                            shared_file("weights/retinaface_mobilenet0.25.pth")],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not list(out.parent.iterdir()) and run.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # the encoder's temporary file shows that frames are flowing
-    workers = _worker_processes(run.pid)
-    assert workers, "no worker process was started"
-    os.kill(workers[0], signal.SIGKILL)
-    _, stderr = run.communicate(timeout=120)
-    assert run.returncode != 0
-    assert "the worker process for cpu stopped unexpectedly (killed by signal 9)" in stderr
-    assert list(out.parent.iterdir()) == []
 
 
 def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_path, monkeypatch):

@@ -35,11 +35,6 @@ class SourceFrame:
     def time(self) -> float:
         return float(self.frame.time or 0.0)
 
-    @property
-    def planes(self) -> list[np.ndarray]:
-        """The frame's Y, U and V samples as arrays (views of the decoded buffers)."""
-        return frame_planes(self.frame)
-
     def rgb(self) -> np.ndarray:
         """Upright RGB24, converted on the CPU (for tests and tools; the pipeline converts on its devices)."""
         return to_rgb(self.frame, self.layout)
