@@ -3,8 +3,6 @@ no edge shows; every pixel outside the faces' masks is left bit-identical."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cv2
 import numpy as np
 import torch
@@ -32,16 +30,6 @@ def face_mask(size: int) -> np.ndarray:
     for _ in range(2):
         mask = cv2.GaussianBlur(mask, (ksize, ksize), sigma)
     return mask
-
-
-@dataclass
-class PastedFace:
-    """A restored face ready to paste: crops (3, S, S) in [0, 255] float, and where it came from."""
-
-    restored: torch.Tensor
-    original: torch.Tensor
-    crop_to_frame: np.ndarray  # (2, 3) affine, crop pixels -> frame pixels
-    size: float  # shorter side of the detected box, px
 
 
 class Compositor:
@@ -74,16 +62,6 @@ class Compositor:
         x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, width), min(y1, height)
         return (x0, y0, x1, y1) if x0 < x1 and y0 < y1 else None
 
-    def paste(self, image: torch.Tensor, faces: list[PastedFace]) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`paste_batch` for one (3, H, W) image."""
-        if not faces:
-            return image, torch.zeros_like(image[0], dtype=torch.bool)
-        out, reached = self.paste_batch(image[None], torch.stack([f.restored for f in faces]),
-                                        torch.stack([f.original for f in faces]),
-                                        np.stack([f.crop_to_frame for f in faces]),
-                                        np.array([f.size for f in faces]), np.zeros(len(faces), dtype=np.int64))
-        return out[0], reached[0]
-
     def paste_batch(self, frames: torch.Tensor, restored: torch.Tensor, original: torch.Tensor,
                     crop_to_frame: np.ndarray, sizes: np.ndarray,
                     owner: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +73,7 @@ class Compositor:
         by ``crop_to_frame[k]``; ``sizes[k]`` (shorter box side, px) picks the small-face blur.
         Faces are warped back in chunks, each over a region padded to the chunk's largest.
         """
-        n, _, height, width = frames.shape
+        height, width = frames.shape[-2:]
         face_layer = torch.zeros_like(frames)
         mask_layer = torch.zeros_like(frames[:, :1])
         regions = [self._footprint(m, height, width) for m in crop_to_frame]

@@ -6,21 +6,24 @@ import numpy as np
 import pytest
 import torch
 
-from gpen_video.compose import Compositor, PastedFace, face_mask
+from gpen_video.compose import Compositor, face_mask
 from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 
 from .conftest import read_rgb
 
 
 def _paste_identity(rgb: np.ndarray, faces, size: int, restore=lambda crop: crop, strength: float = 1.0):
-    """Crop every face, 'restore' it, paste it back; returns the new frame and the union mask."""
-    frame = torch.from_numpy(rgb)
+    """Crop every face, 'restore' it, paste it back; returns the new frame, the mask of the pixels
+    the pasted faces reach, each face's crop -> frame transform, and the compositor."""
+    frame = torch.from_numpy(rgb).permute(2, 0, 1)[None].float()
+    owner = np.zeros(len(faces), dtype=np.int64)
     transforms = similarity_transforms(np.stack([f.landmarks for f in faces]), reference_points(size))
-    crops = warp_faces(frame.permute(2, 0, 1)[None].float(), np.zeros(len(faces), dtype=int), transforms, size)
+    crops = warp_faces(frame, owner, transforms, size)
     comp = Compositor(size, strength=strength)
-    pasted = [PastedFace(restore(c), c, inv, f.size) for c, inv, f in zip(crops, invert_affine(transforms), faces)]
-    image, _ = comp.paste(frame.permute(2, 0, 1).float(), pasted)
-    return image.permute(1, 2, 0).to(torch.uint8).numpy(), pasted, comp
+    crop_to_frame = invert_affine(transforms)
+    image, reached = comp.paste_batch(frame, restore(crops), crops, crop_to_frame, np.array([f.size for f in faces]),
+                                      owner)
+    return image[0].permute(1, 2, 0).to(torch.uint8).numpy(), reached[0].numpy(), crop_to_frame, comp
 
 
 def test_mask_is_the_official_feathered_rectangle():
@@ -35,10 +38,9 @@ def test_mask_is_the_official_feathered_rectangle():
 def test_pixels_outside_the_masks_are_bit_identical(detector, image):
     rgb = read_rgb(image)
     faces = detector.detect(rgb[None])[0]
-    out, pasted, comp = _paste_identity(rgb, faces, 256, restore=lambda crop: 255 - crop)  # a visibly different "face"
+    out, reached, _, _ = _paste_identity(rgb, faces, 256, restore=lambda crop: 255 - crop)  # a visibly different "face"
     changed = np.any(out != rgb, axis=2)
-    _, reached = comp.paste(torch.from_numpy(rgb).permute(2, 0, 1).float(), pasted)
-    assert not np.any(changed & ~reached.numpy())  # the mask the encoder relies on covers every change
+    assert not np.any(changed & ~reached)  # the mask the encoder relies on covers every change
     assert changed.sum() > 0
     # Recompute the union of the pasted masks independently of the compositor's own bookkeeping.
     union = np.zeros(rgb.shape[:2], bool)
@@ -59,10 +61,10 @@ def test_identity_restoration_round_trips_within_two_grey_levels(detector):
     rgb = read_rgb("whole_two_people.jpg")
     faces = detector.detect(rgb[None])[0]
     assert len(faces) == 2 and all(f.size >= 100 for f in faces)  # no small-face blur in the way
-    out, pasted, comp = _paste_identity(rgb, faces, 512)
+    out, _, crop_to_frame, comp = _paste_identity(rgb, faces, 512)
     inside = np.zeros(rgb.shape[:2], bool)
-    for p in pasted:
-        x0, y0, x1, y1 = comp._footprint(p.crop_to_frame, *rgb.shape[:2])
+    for m in crop_to_frame:
+        x0, y0, x1, y1 = comp._footprint(m, *rgb.shape[:2])
         inside[y0 + 40 : y1 - 40, x0 + 40 : x1 - 40] = True
     diff = np.abs(out.astype(int) - rgb.astype(int))[inside]
     assert diff.mean() < 2.0
@@ -71,8 +73,8 @@ def test_identity_restoration_round_trips_within_two_grey_levels(detector):
 def test_strength_zero_pastes_the_original_crop(detector):
     rgb = read_rgb("whole_two_people.jpg")
     faces = detector.detect(rgb[None])[0]
-    full, _, _ = _paste_identity(rgb, faces, 512, restore=lambda crop: 255 - crop, strength=1.0)
-    none, _, _ = _paste_identity(rgb, faces, 512, restore=lambda crop: 255 - crop, strength=0.0)
+    full = _paste_identity(rgb, faces, 512, restore=lambda crop: 255 - crop, strength=1.0)[0]
+    none = _paste_identity(rgb, faces, 512, restore=lambda crop: 255 - crop, strength=0.0)[0]
     assert np.abs(none.astype(int) - rgb).mean() < 0.2 < np.abs(full.astype(int) - rgb).mean()
 
 
