@@ -19,7 +19,7 @@ from .faces.tracks_file import TracksWriter
 from .pipeline import Pipeline
 from .restore import DeviceSettings, DeviceWorker
 from .video.decode import InputError, open_input, probe
-from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter
+from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter, partial_path
 from .video.segments import SEGMENT_FRAMES, SegmentedWriter, SegmentStore, work_dir_for
 from .weights import DEFAULT_MODEL, load_gpen_weights
 
@@ -223,7 +223,7 @@ def restore_image(input: str | Path, output: str | Path, *, device: str | None =
     tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
     restored, _ = worker.restore_rgb(frame, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])
     image = restored[0].permute(1, 2, 0).to(torch.uint8).cpu().numpy()
-    tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
+    tmp = partial_path(output)
     try:
         if not cv2.imwrite(str(tmp), np.ascontiguousarray(image[:, :, ::-1])):
             raise OutputError(f"cannot write {output}")

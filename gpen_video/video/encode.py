@@ -112,11 +112,22 @@ def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, s
     return {"movie_timescale": str(scale)} if 1000 < scale < 2**31 else {}
 
 
+def _partial_prefix(output: Path) -> str:
+    return f".{output.stem}.partial-"
+
+
+def partial_path(output: Path) -> Path:
+    """The temporary file this process writes OUTPUT through: hidden beside it and named by the
+    process id, so a later run can tell the leftovers of a dead one (:func:`_remove_stale_partials`)."""
+    return output.with_name(f"{_partial_prefix(output)}{os.getpid()}{output.suffix}")
+
+
 def _remove_stale_partials(output: Path) -> None:
     """Delete temporary files that runs killed outright (``kill -9``, power loss) left beside OUTPUT;
     a partial file of a process still running is left alone."""
-    for path in output.parent.glob(glob.escape(f".{output.stem}.partial-") + "*" + glob.escape(output.suffix)):
-        pid = path.name.removeprefix(f".{output.stem}.partial-").removesuffix(output.suffix)
+    prefix = _partial_prefix(output)
+    for path in output.parent.glob(glob.escape(prefix) + "*" + glob.escape(output.suffix)):
+        pid = path.name.removeprefix(prefix).removesuffix(output.suffix)
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
         try:
@@ -149,7 +160,7 @@ class VideoWriter:
                               f"use one of {', '.join(sorted(rules.video))} or another extension")
         self.info = info
         _remove_stale_partials(output)
-        self.tmp = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
+        self.tmp = partial_path(output)
         self.warnings: list[str] = []
         try:
             self.container = av.open(str(self.tmp), "w", options=_muxer_options(ext, source))
