@@ -30,6 +30,7 @@ import torch
 from official_style import official_style_fps
 
 from gpen_video.api import restore_video
+from gpen_video.video.colour import frame_planes
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
 from gpen_video.video.encode import EncoderSettings, VideoWriter
 
@@ -71,8 +72,9 @@ def build_clip(source: Path, dest: Path, seconds: float, size: tuple[int, int] |
     return dest
 
 
-def transcode_fps(src: Path, dst: Path, settings: EncoderSettings) -> float:
-    """Decode in one thread and encode in another, with the tool's own reader and writer."""
+def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool = False) -> float:
+    """Decode in one thread and encode in another, with the tool's own reader and writer (with
+    ``planes``, each frame goes through the copy the pipeline makes of a restored frame)."""
     container = open_input(src)
     writer = VideoWriter(dst, container, probe(src), settings)
     items: queue.Queue = queue.Queue(maxsize=64)
@@ -88,7 +90,7 @@ def transcode_fps(src: Path, dst: Path, settings: EncoderSettings) -> float:
     frames = 0
     while (item := items.get()) is not None:
         if isinstance(item, SourceFrame):
-            writer.write(item)
+            writer.write(item, frame_planes(item.frame) if planes else None)
             frames += 1
         else:
             writer.write_packet(item)

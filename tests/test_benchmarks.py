@@ -38,3 +38,25 @@ def test_pipeline_bench_smoke(tmp_path, golden):
     assert numbers["transcode_fps"] > 0 and numbers["our_fps"] > 0 and numbers["baseline_fps"] > 0
     assert numbers["crowd_faces_per_frame"] >= 3  # the crowd clip has ~8 faces; the harness must see them
     assert numbers["run_rss_mib_short"] > 100 and numbers["run_rss_mib_long"] > 100  # whole runs were measured
+
+
+def test_encoder_contention_smoke(tmp_path, golden):
+    import torch
+
+    from .conftest import SHARED, shared_file
+
+    weights = tmp_path / "gpen_small.pth"
+    torch.save(golden["state_dict"], weights)
+    out = tmp_path / "rows.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/encoder_contention.py"), "--smoke", "--weights", str(weights),
+                    "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")),
+                    "--variants", "transcode,transcode-planes,no-faces,default", "--json", str(out)],
+                   check=True, capture_output=True, text=True, cwd=ROOT,
+                   env={**os.environ, "GPEN_VIDEO_SHARED": str(SHARED)})
+    rows = {r["variant"]: r for r in json.loads(out.read_text())}
+    assert all(r["fps"] > 0 for r in rows.values())
+    # The thread accounting names the pipeline's device worker, and adds up to no more than the process used.
+    for row in rows.values():
+        assert 0 < sum(row["thread_cpu_s"].values()) <= row["process_cpu_s"] + 0.1
+    assert rows["default"]["thread_cpu_s"]["worker-cpu"] > 0
+    assert "restore[cpu]" not in rows["no-faces"]["busy"] and "restore[cpu]" in rows["default"]["busy"]

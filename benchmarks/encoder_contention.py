@@ -1,0 +1,159 @@
+"""Why the one-face run encodes slower than a plain transcode of the same clip: variants that add
+one part of the pipeline at a time, each in a fresh process, with the CPU seconds of each thread
+group (benchmarks/thread_cpu.py). BENCHMARKS.md, run G, has what they showed.
+
+    python benchmarks/encoder_contention.py --weights G.pth --detector-weights R.pth
+    python benchmarks/encoder_contention.py --smoke ...   # CPU, one second of video: checks the harness
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+#: name -> what it adds to a plain transcode (decode thread + encode thread, the tool's reader/writer)
+VARIANTS = {
+    "transcode": "nothing",
+    "transcode-planes": "each frame copied into a new frame, as a restored frame is",
+    "transcode-detecting": "a thread detecting faces in 16 random frames, over and over, on the device",
+    "no-faces": "the whole pipeline, every face filtered out by size: detection and tracking, no restoration",
+    "default": "the whole pipeline",
+    "torch-threads-1": "the whole pipeline, torch.set_num_threads(1)",
+    "omp-passive": "the whole pipeline, OMP_WAIT_POLICY=passive",
+    "blocking-sync": "the whole pipeline, the CUDA runtime blocking instead of spinning while it waits",
+    "strength-0": "the whole pipeline, restored faces not blended in (--strength 0): same work, source content",
+}
+DEFAULT_VARIANTS = "transcode,transcode-planes,transcode-detecting,no-faces,default,transcode"
+
+
+def _blocking_sync() -> None:
+    """cudaDeviceScheduleBlockingSync, set before torch creates its CUDA context."""
+    import torch  # noqa: F401  (loads libcudart)
+
+    path = next(line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libcudart" in line)
+    if ctypes.CDLL(path).cudaSetDeviceFlags(4) != 0:
+        raise RuntimeError("cudaSetDeviceFlags failed")
+
+
+@contextlib.contextmanager
+def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
+    """A thread running the detector on 16 random 1080p frames until the block ends; yields
+    [batches detected]."""
+    import torch
+
+    from gpen_video.faces.detect import FaceDetector
+
+    detector = FaceDetector("retinaface-mobile", detector_weights, device=device)
+    frames = torch.randint(0, 255, (16, 3, 1080, 1920), dtype=torch.uint8, device=device)
+    detector.detect_rgb(frames)  # first call: cuDNN picks its kernels
+    done, count = threading.Event(), [0]
+
+    def loop() -> None:
+        while not done.is_set():
+            detector.detect_rgb(frames)
+            count[0] += 1
+
+    thread = threading.Thread(target=loop, name="detecting")
+    thread.start()
+    try:
+        yield count
+    finally:
+        done.set()
+        thread.join()
+
+
+def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
+    """One variant, in this process: fps, CPU seconds of the process and of each thread group."""
+    if variant == "blocking-sync":
+        _blocking_sync()
+    import torch
+    from pipeline_bench import transcode_fps
+    from thread_cpu import ThreadCPU
+
+    from gpen_video.api import restore_video
+    from gpen_video.video.encode import EncoderSettings
+
+    if variant == "torch-threads-1":
+        torch.set_num_threads(1)
+    out = clip.with_name(f"{variant}.mp4")
+    busy: dict[str, float] = {}
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    with ThreadCPU() as cpu:
+        if variant.startswith("transcode"):
+            detecting = _detecting(args.device, args.detector_weights) if variant == "transcode-detecting" \
+                else contextlib.nullcontext([0])
+            with detecting as batches:
+                start = time.perf_counter()
+                fps = transcode_fps(clip, out, EncoderSettings(preset=args.preset), planes=variant == "transcode-planes")
+                seconds = time.perf_counter() - start
+            busy["detect_batches_alongside"] = batches[0]
+        else:
+            device = {"gpus": [0]} if args.device == "cuda" else {"device": "cpu"}
+            summary = restore_video(clip, out, **device, weights=args.weights, detector="retinaface-mobile",
+                                    detector_weights=args.detector_weights, preset=args.preset,
+                                    min_face=1e9 if variant == "no-faces" else 0.0,
+                                    strength=0.0 if variant == "strength-0" else 1.0, progress=False, overwrite=True)
+            fps, seconds = summary.fps, summary.seconds
+            busy = {k: round(v / summary.seconds, 3) for k, v in summary.busy.items()}
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {"variant": variant, "fps": round(fps, 1), "seconds": round(seconds, 2),
+            "process_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+            "output_bytes": out.stat().st_size, "busy": busy, "thread_cpu_s": cpu.by_group()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--detector-weights", required=True)
+    ap.add_argument("--seconds", type=float, default=40.0, help="length of the 1080p one-face clip")
+    ap.add_argument("--preset", default="veryfast")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    ap.add_argument("--smoke", action="store_true", help="CPU, one second of small video")
+    ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
+    ap.add_argument("--run", help=argparse.SUPPRESS)  # internal: one variant, in the child process
+    ap.add_argument("--clip", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        print(json.dumps(run_variant(args.run, Path(args.clip), args)))
+        return
+    from pipeline_bench import SHARED, build_clip
+
+    if args.smoke:
+        args.device, args.seconds = "cpu", 1.0
+    variants = args.variants.split(",")
+    if unknown := set(variants) - set(VARIANTS):
+        ap.error(f"unknown variants: {', '.join(sorted(unknown))}")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        clip = build_clip(SHARED / "talking_head_speech_retalking2.mp4", Path(tmp) / "one.mp4", args.seconds,
+                          None if args.smoke else (1920, 1080))
+        for variant in variants:
+            env = {**os.environ, **({"OMP_WAIT_POLICY": "passive"} if variant == "omp-passive" else {})}
+            cmd = [sys.executable, __file__, "--run", variant, "--clip", str(clip), "--weights", args.weights,
+                   "--detector-weights", args.detector_weights, "--preset", args.preset, "--device", args.device]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(rows, indent=1))
+    transcode = rows[0]["fps"] if rows[0]["variant"] == "transcode" else None
+    print("\n| variant | adds | fps | vs transcode |\n|---|---|---|---|")
+    for row in rows:
+        ratio = f"{row['fps'] / transcode:.2f}" if transcode else ""
+        print(f"| {row['variant']} | {VARIANTS[row['variant']]} | {row['fps']:.1f} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
