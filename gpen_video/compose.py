@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from .faces.align import invert_affine, sampling_grid
+from .transfer import to_device
 
 #: The official paste-back mask: a rectangle inset 26 px of 512, Gaussian-blurred twice (101 px, sigma 4).
 _MASK_MARGIN = 26 / 512
@@ -45,10 +46,10 @@ class Compositor:
 
     def _prepare(self, restored: torch.Tensor, original: torch.Tensor, sizes: np.ndarray) -> torch.Tensor:
         """The faces to paste, as (F, 4, S, S): RGB then mask."""
-        small = torch.as_tensor(sizes < SMALL_FACE, device=restored.device)
+        small = sizes < SMALL_FACE
         if small.any():
             blurred = F.conv2d(F.pad(restored, (1, 1, 1, 1), mode="reflect"), self.blur, groups=3)
-            restored = torch.where(small[:, None, None, None], blurred, restored)
+            restored = torch.where(to_device(small, restored.device)[:, None, None, None], blurred, restored)
         blended = self.strength * restored + (1.0 - self.strength) * original
         return torch.cat([blended, self.mask[None].expand(len(restored), -1, -1, -1)], dim=1)
 

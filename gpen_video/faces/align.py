@@ -7,6 +7,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..transfer import to_device
+
 #: The 5-point template GPEN's ``align_faces.py`` starts from: a 96x112 face crop (eyes, nose tip,
 #: mouth corners), the widely used SphereFace/ArcFace reference points.
 TEMPLATE_96x112 = np.array([
@@ -58,14 +60,14 @@ def sampling_grid(transforms: np.ndarray, out_h: int, out_w: int, src_h: int, sr
     """``grid_sample`` coordinates that pull, for each output pixel, the source pixel ``transforms``
     maps it to (pixel centres at integer coordinates, as OpenCV). ``origin`` offsets the output
     pixels (x, y) when only a region of a larger output is produced: one for all, or one per transform."""
-    m = torch.as_tensor(transforms, dtype=torch.float64, device=device)  # (N, 2, 3): output -> source
-    offsets = torch.as_tensor(np.broadcast_to(np.asarray(origin, dtype=np.float64), (len(m), 2)).copy(), device=device)
+    m = to_device(transforms, device, torch.float64)  # (N, 2, 3): output -> source
+    offsets = to_device(np.broadcast_to(np.asarray(origin, dtype=np.float64), (len(m), 2)), device)
     ys = torch.arange(out_h, dtype=torch.float64, device=device)
     xs = torch.arange(out_w, dtype=torch.float64, device=device)
     gy, gx = torch.meshgrid(ys, xs, indexing="ij")
     pixels = torch.stack([gx, gy], -1)[None] + offsets[:, None, None, :]  # (N, h, w, 2)
     src = torch.einsum("nij,nhwj->nhwi", m[:, :, :2], pixels) + m[:, None, None, :, 2]
-    scale = torch.tensor([2.0 / src_w, 2.0 / src_h], dtype=torch.float64, device=device)
+    scale = to_device([2.0 / src_w, 2.0 / src_h], device, torch.float64)
     return ((src + 0.5) * scale - 1.0).float()
 
 
@@ -78,5 +80,5 @@ def warp_faces(frames: torch.Tensor, frame_of_face: torch.Tensor | np.ndarray, t
         return frames.new_zeros(0, frames.shape[1], size, size)
     h, w = frames.shape[2:]
     grid = sampling_grid(invert_affine(transforms), size, size, h, w, device=frames.device)
-    source = frames[torch.as_tensor(frame_of_face, device=frames.device, dtype=torch.long)]
+    source = frames[to_device(frame_of_face, frames.device, torch.long)]
     return F.grid_sample(source, grid, mode="bicubic", padding_mode="zeros", align_corners=False)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
+from ..transfer import to_device
 from ..weights import WeightsError, cache_dir, download
 
 #: Detector name -> (facexlib network name, official facexlib download URL).
@@ -126,7 +127,7 @@ class FaceDetector:
         loc, conf, landm = self.net(x)
         priors = self._priors_for(x.shape[2], x.shape[3])[None]
         # Decoded coordinates are fractions of the image: scaling by the original size maps them back.
-        size = torch.tensor([w, h], device=self.device, dtype=torch.float32)
+        size = to_device([w, h], self.device, torch.float32)
         boxes = batched_decode(loc.float(), priors, self.cfg["variance"]) * size.repeat(2)
         points = batched_decode_landm(landm.float(), priors, self.cfg["variance"]) * size.repeat(5)
         scores = conf[:, :, 1].float()

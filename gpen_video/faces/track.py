@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 
+from ..transfer import to_device
 from .detect import Face
 from .smooth import gaussian_weights, local_linear, window_radius
 
@@ -63,7 +64,7 @@ def face_scale(face: Face) -> float:
 def scene_thumbnails(rgb: torch.Tensor) -> np.ndarray:
     """Frames (N, 3, H, W) RGB in [0, 255] on any device as (N, THUMBNAIL_SIDE, THUMBNAIL_SIDE)
     grayscale area averages: computed where the frames already are, a few numbers come back."""
-    gray = torch.einsum("nchw,c->nhw", rgb.float(), _GRAY.to(rgb.device))[:, None]
+    gray = torch.einsum("nchw,c->nhw", rgb.float(), to_device(_GRAY, rgb.device))[:, None]
     return F.adaptive_avg_pool2d(gray, THUMBNAIL_SIDE)[:, 0].cpu().numpy()
 
 
