@@ -2,7 +2,8 @@
 
 Decoding and encoding are CPU stages in their own threads; each device (GPU, or the CPU) has a
 worker thread that takes detection and restoration batches from one shared queue, restoration
-first so finished work drains before new work enters. Tracking needs the frames in order, so it
+first so finished work drains before new work enters. A worker collects a restoration batch only
+after queueing its next batch, so the device computes one while the host prepares the other. Tracking needs the frames in order, so it
 runs in one thread between the two device stages. A semaphore caps the frames in flight, which
 keeps memory flat whatever the video's length; the encoder writes frames strictly in order.
 Any stage's error stops every stage and reaches the caller; nothing is left at OUTPUT.
@@ -25,7 +26,7 @@ import numpy as np
 from .faces.detect import box_size
 from .faces.track import FaceTracker, TrackedFrame
 from .faces.tracks_file import TracksWriter
-from .restore import DeviceWorker, Restored
+from .restore import DeviceWorker, Pending, Restored
 from .video.decode import SourceFrame, demux
 from .video.encode import VideoWriter
 from .video.segments import SegmentedWriter
@@ -168,24 +169,48 @@ class Pipeline:
             self.tasks.put(_Task(1, "detect", batch))
         self.detected.put(("end", self.frames_decoded))
 
+    def _next_task(self, wait: bool) -> _Task | None:
+        """The next task; without ``wait``, None when none is queued."""
+        if wait:
+            return self._get(self.tasks)
+        if self.stop.is_set():
+            raise Stopped
+        try:
+            return self.tasks.get_nowait()
+        except queue.Empty:
+            return None
+
     def _work(self, worker: DeviceWorker) -> None:
+        # The restoration batch the device runs, collected once the next task is queued behind it
+        # (or at once when there is none).
+        queued: tuple[list[SourceFrame], Pending[list[Restored]]] | None = None
         while True:
-            task = self._get(self.tasks)
-            if task.kind == "detect":
+            task = self._next_task(wait=queued is None)
+            fresh = None
+            if task is not None and task.kind == "detect":
                 t0 = time.perf_counter()
                 faces, thumbnails = worker.detect(task.payload)
                 self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
                 self.detected.put(("batch", (task.payload, faces, thumbnails)))
-            elif task.kind == "restore":
-                frames: list[tuple[SourceFrame, TrackedFrame]] = task.payload
+            elif task is not None and task.kind == "restore":
+                pairs: list[tuple[SourceFrame, TrackedFrame]] = task.payload
+                frames = [source for source, _ in pairs]
                 t0 = time.perf_counter()
-                restored = worker.restore([s for s, _ in frames],
-                                          [[(f.landmarks, box_size(f.box)) for f in t.faces] for _, t in frames])
+                fresh = frames, worker.queue_restore(frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]
+                                                              for _, tracked in pairs])
                 self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
-                for (source, _), result in zip(frames, restored):
-                    self.to_encode.put(("frame", (source, result)))
-            else:  # "exit"
+            if queued is not None:
+                self._collect(worker, *queued)
+            queued = fresh
+            if task is not None and task.kind == "exit":
                 return
+
+    def _collect(self, worker: DeviceWorker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
+        t0 = time.perf_counter()
+        restored = pending.result()
+        self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
+        for source, result in zip(frames, restored):
+            self.to_encode.put(("frame", (source, result)))
 
     def _track(self) -> None:
         """Puts detection batches back in order and tracks frame by frame."""

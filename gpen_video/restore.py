@@ -2,7 +2,8 @@
 (align -> GPEN -> paste back). One instance per GPU (or one for the CPU).
 
 Frames come and go as YUV planes: they are uploaded through pinned buffers, converted to RGB on
-the device, and only the merged planes of restored frames come back.
+the device, and only the merged planes of restored frames come back. Restoration is queued on the
+device and collected later (:class:`Pending`), so the host can queue the next batch meanwhile.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
@@ -47,6 +49,26 @@ class Restored:
 
     planes: list[np.ndarray]
     faces: int
+
+
+T = TypeVar("T")
+
+
+class Pending(Generic[T]):
+    """Work queued on a device; :meth:`result` waits for it (sleeping, not spinning: the encoder's
+    threads need the cores) and builds the host-side result."""
+
+    def __init__(self, finish: Callable[[], T], device: torch.device) -> None:
+        self.finish = finish
+        self.event = None
+        if device.type == "cuda":
+            self.event = torch.cuda.Event(blocking=True)
+            self.event.record(torch.cuda.current_stream(device))
+
+    def result(self) -> T:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.finish()
 
 
 FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
@@ -105,13 +127,11 @@ class DeviceWorker:
             out.append(staging.to(self.device, non_blocking=True))
         return out
 
-    def _download(self, planes: list[torch.Tensor]) -> list[np.ndarray]:
-        """(N, h, w) planes back on the host (pinned on a GPU), once the device is done with them."""
+    def _download(self, planes: list[torch.Tensor]) -> list[torch.Tensor]:
+        """(N, h, w) planes copied to the host (pinned, on a GPU); read them once the copy is done."""
         if self.device.type != "cuda":
-            return [p.numpy() for p in planes]
-        host = [torch.empty(p.shape, dtype=p.dtype, pin_memory=True).copy_(p, non_blocking=True) for p in planes]
-        torch.cuda.current_stream(self.device).synchronize()
-        return [h.numpy() for h in host]
+            return planes
+        return [torch.empty(p.shape, dtype=p.dtype, pin_memory=True).copy_(p, non_blocking=True) for p in planes]
 
     @torch.no_grad()
     def detect(self, frames: Sequence[SourceFrame]) -> tuple[list[list[Face]], np.ndarray]:
@@ -153,17 +173,30 @@ class DeviceWorker:
             start += n
         return torch.cat(out) if out else crops
 
-    @torch.no_grad()
     def restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]]) -> list[Restored]:
         """Restore ``faces[i]`` in ``frames[i]``; the planes come back merged with the decoded ones."""
-        results = []
-        for run in _runs(frames):
+        return self.queue_restore(frames, faces).result()
+
+    @torch.no_grad()
+    def queue_restore(self, frames: Sequence[SourceFrame],
+                      faces: Sequence[Sequence[FaceSpec]]) -> Pending[list[Restored]]:
+        """:meth:`restore`, queued on the device: returns once the work is queued, not done."""
+        runs = _runs(frames)
+        downloads = []
+        for run in runs:
             layout = frames[run][0].layout
             planes = self._upload(frames[run])
             image, changed = self.restore_rgb(layout.to_rgb(planes), faces[run])
-            merged = self._download(layout.merge(layout.to_planes(image, planes[0].dtype), planes, changed))
-            results += [Restored([p[i] for p in merged], len(fs)) for i, fs in enumerate(faces[run])]
-        return results
+            downloads.append(self._download(layout.merge(layout.to_planes(image, planes[0].dtype), planes, changed)))
+
+        def finish() -> list[Restored]:
+            results = []
+            for run, host in zip(runs, downloads):
+                merged = [h.numpy() for h in host]
+                results += [Restored([p[i] for p in merged], len(fs)) for i, fs in enumerate(faces[run])]
+            return results
+
+        return Pending(finish, self.device)
 
     @torch.no_grad()
     def restore_rgb(self, frames: torch.Tensor,

@@ -51,7 +51,7 @@ def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_pa
         calls.append(len(images))
         raise RuntimeError("injected GPU fault")
 
-    monkeypatch.setattr(restore_module.DeviceWorker, "restore", broken)
+    monkeypatch.setattr(restore_module.DeviceWorker, "queue_restore", broken)
     out = tmp_path / "out.mp4"
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="injected GPU fault"):
