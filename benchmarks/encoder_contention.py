@@ -26,9 +26,11 @@ from pathlib import Path
 VARIANTS = {
     "transcode": "nothing",
     "transcode-planes": "each frame copied into a new frame, as a restored frame is",
+    "transcode-held": "up to 192 decoded frames waiting for the encoder instead of 64 (the pipeline holds ~150)",
     "transcode-detecting": "a thread detecting faces in 16 random frames, over and over, on the device",
     "no-faces": "the whole pipeline, every face filtered out by size: detection and tracking, no restoration",
     "default": "the whole pipeline",
+    "batch-8": "the whole pipeline, batches of 8 frames instead of 16 (fewer frames in flight)",
     "torch-threads-1": "the whole pipeline, torch.set_num_threads(1)",
     "omp-passive": "the whole pipeline, OMP_WAIT_POLICY=passive",
     "blocking-sync": "the whole pipeline, the CUDA runtime blocking instead of spinning while it waits",
@@ -95,7 +97,8 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
                 else contextlib.nullcontext([0])
             with detecting as batches:
                 start = time.perf_counter()
-                fps = transcode_fps(clip, out, EncoderSettings(preset=args.preset), planes=variant == "transcode-planes")
+                fps = transcode_fps(clip, out, EncoderSettings(preset=args.preset), planes=variant == "transcode-planes",
+                                    queued=192 if variant == "transcode-held" else 64)
                 seconds = time.perf_counter() - start
             busy["detect_batches_alongside"] = batches[0]
         else:
@@ -103,7 +106,8 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
             summary = restore_video(clip, out, **device, weights=args.weights, detector="retinaface-mobile",
                                     detector_weights=args.detector_weights, preset=args.preset,
                                     min_face=1e9 if variant == "no-faces" else 0.0,
-                                    strength=0.0 if variant == "strength-0" else 1.0, progress=False, overwrite=True)
+                                    strength=0.0 if variant == "strength-0" else 1.0,
+                                    batch_size=8 if variant == "batch-8" else 16, progress=False, overwrite=True)
             fps, seconds = summary.fps, summary.seconds
             busy = {k: round(v / summary.seconds, 3) for k, v in summary.busy.items()}
     after = resource.getrusage(resource.RUSAGE_SELF)

@@ -72,12 +72,13 @@ def build_clip(source: Path, dest: Path, seconds: float, size: tuple[int, int] |
     return dest
 
 
-def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool = False) -> float:
-    """Decode in one thread and encode in another, with the tool's own reader and writer (with
-    ``planes``, each frame goes through the copy the pipeline makes of a restored frame)."""
+def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool = False, queued: int = 64) -> float:
+    """Decode in one thread and encode in another, with the tool's own reader and writer, at most
+    ``queued`` frames between them (with ``planes``, each frame goes through the copy the pipeline
+    makes of a restored frame)."""
     container = open_input(src)
     writer = VideoWriter(dst, container, probe(src), settings)
-    items: queue.Queue = queue.Queue(maxsize=64)
+    items: queue.Queue = queue.Queue(maxsize=queued)
 
     def decode() -> None:
         for item in demux(container, writer.copied_streams):

@@ -1,7 +1,7 @@
 """Where a restore batch spends its time, step by step (the GPU synchronised after each step).
 
 Scales a clip to 1080p, detects and tracks its first frames with the tool's own worker, then
-times each step of restoring them in batches of frames, as the pipeline does:
+times detection and each step of restoring them in batches of frames, as the pipeline does:
 
     python benchmarks/profile_restore.py CLIP --weights GPEN.pth --detector-weights retinaface.pth
 """
@@ -62,6 +62,7 @@ def main() -> None:
         for i in range(0, len(frames), args.batch):
             batch, spec = frames[i : i + args.batch], specs[i : i + args.batch]
             layout = batch[0].layout
+            timed("detect (whole, with upload)", lambda: worker.detect(batch))
             planes = timed("upload", lambda: worker._upload(batch))
             rgb = timed("yuv->rgb", lambda: layout.to_rgb(planes))
             points = [p for fs in spec for p, _ in fs]
