@@ -61,7 +61,7 @@ def sampling_grid(transforms: np.ndarray, out_h: int, out_w: int, src_h: int, sr
     maps it to (pixel centres at integer coordinates, as OpenCV). ``origin`` offsets the output
     pixels (x, y) when only a region of a larger output is produced: one for all, or one per transform."""
     m = to_device(transforms, device, torch.float64)  # (N, 2, 3): output -> source
-    offsets = to_device(np.broadcast_to(np.asarray(origin, dtype=np.float64), (len(m), 2)), device)
+    offsets = to_device(np.broadcast_to(np.asarray(origin, dtype=np.float64), (len(m), 2)).copy(), device)
     ys = torch.arange(out_h, dtype=torch.float64, device=device)
     xs = torch.arange(out_w, dtype=torch.float64, device=device)
     gy, gx = torch.meshgrid(ys, xs, indexing="ij")
