@@ -22,38 +22,33 @@ def test_model_throughput_smoke(tmp_path):
     assert all(r["faces_per_s"] > 0 and r["rel_error"] < 1e-2 for r in fast)
 
 
-def test_pipeline_bench_smoke(tmp_path, golden):
+def _smoke(script: str, tmp_path: Path, golden: dict, *options: str) -> object:
+    """Run a GPU benchmark's ``--smoke`` mode with the small golden GPEN and the shared detector;
+    the JSON it writes."""
     import torch
 
     from .conftest import SHARED, shared_file
 
     weights = tmp_path / "gpen_small.pth"
     torch.save(golden["state_dict"], weights)
-    out = tmp_path / "numbers.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks/pipeline_bench.py"), "--smoke", "--weights", str(weights),
+    out = tmp_path / "out.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", "--weights", str(weights),
                     "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")),
-                    "--json", str(out)], check=True, capture_output=True, text=True, cwd=ROOT,
+                    "--json", str(out), *options], check=True, capture_output=True, text=True, cwd=ROOT,
                    env={**os.environ, "GPEN_VIDEO_SHARED": str(SHARED)})
-    numbers = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_pipeline_bench_smoke(tmp_path, golden):
+    numbers = _smoke("pipeline_bench.py", tmp_path, golden)
     assert numbers["transcode_fps"] > 0 and numbers["our_fps"] > 0 and numbers["baseline_fps"] > 0
     assert numbers["crowd_faces_per_frame"] >= 3  # the crowd clip has ~8 faces; the harness must see them
     assert numbers["run_rss_mib_short"] > 100 and numbers["run_rss_mib_long"] > 100  # whole runs were measured
 
 
 def test_encoder_contention_smoke(tmp_path, golden):
-    import torch
-
-    from .conftest import SHARED, shared_file
-
-    weights = tmp_path / "gpen_small.pth"
-    torch.save(golden["state_dict"], weights)
-    out = tmp_path / "rows.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks/encoder_contention.py"), "--smoke", "--weights", str(weights),
-                    "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")),
-                    "--variants", "transcode,transcode-planes,no-faces,default", "--json", str(out)],
-                   check=True, capture_output=True, text=True, cwd=ROOT,
-                   env={**os.environ, "GPEN_VIDEO_SHARED": str(SHARED)})
-    rows = {r["variant"]: r for r in json.loads(out.read_text())}
+    rows = {r["variant"]: r for r in _smoke("encoder_contention.py", tmp_path, golden,
+                                            "--variants", "transcode,transcode-planes,no-faces,default")}
     assert all(r["fps"] > 0 for r in rows.values())
     # The thread accounting names the pipeline's device worker, and adds up to no more than the process used.
     for row in rows.values():
