@@ -3,9 +3,10 @@
 Decoding and encoding are CPU stages in their own threads; each device (GPU, or the CPU) has a
 worker thread that takes detection and restoration batches from one shared queue, restoration
 first so finished work drains before new work enters. A worker collects a restoration batch only
-after queueing its next batch, so the device computes one while the host prepares the other. Tracking needs the frames in order, so it
-runs in one thread between the two device stages. A semaphore caps the frames in flight, which
-keeps memory flat whatever the video's length; the encoder writes frames strictly in order.
+after queueing its next task, so the device computes one while the host prepares the other.
+Tracking needs the frames in order, so it runs in one thread between the two device stages. A
+semaphore caps the frames in flight, which keeps memory flat whatever the video's length; the
+encoder writes frames strictly in order.
 Any stage's error stops every stage and reaches the caller; nothing is left at OUTPUT.
 """
 
