@@ -55,3 +55,11 @@ def test_encoder_contention_smoke(tmp_path, golden):
         assert 0 < sum(row["thread_cpu_s"].values()) <= row["process_cpu_s"] + 0.1
     assert rows["default"]["thread_cpu_s"]["worker-cpu"] > 0
     assert "restore[cpu]" not in rows["no-faces"]["busy"] and "restore[cpu]" in rows["default"]["busy"]
+
+
+def test_compare_versions_smoke(tmp_path, golden):
+    rows = _smoke("compare_versions.py", tmp_path, golden, "--old", str(ROOT))
+    assert sorted((r["clip"], r["version"]) for r in rows) == [("crowd", "new"), ("crowd", "old"),
+                                                               ("one-face", "new"), ("one-face", "old")]
+    assert all(r["fps"] > 0 for r in rows)
+    assert all(r["faces_per_s"] > 2 * r["fps"] for r in rows if r["clip"] == "crowd")  # the crowd's faces were found

@@ -1,0 +1,80 @@
+"""Two versions of the tool on the same clips, side by side in one run: every run a fresh
+process, the versions alternating, so a change's effect on speed is measured on one machine
+rather than across leases.
+
+    git archive REV gpen_video | tar -x -C /tmp/old      # the version to compare against
+    python benchmarks/compare_versions.py --old /tmp/old --weights G.pth --detector-weights R.pth
+    python benchmarks/compare_versions.py --smoke --old . ...   # CPU, tiny clips: checks the harness
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline_bench import SHARED, build_clip
+
+NEW = Path(__file__).resolve().parents[1]
+#: One run, in a child whose working directory is the version's root, so its gpen_video comes first.
+_RUN = """
+import json, os, sys
+import gpen_video
+from gpen_video.api import restore_video
+assert os.path.realpath(gpen_video.__file__).startswith(os.getcwd()), f"imported {gpen_video.__file__}"
+summary = restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
+print(json.dumps({"fps": summary.fps, "faces_per_s": summary.faces / summary.seconds}))
+"""
+#: name -> (shared sample, x264 preset): the one-face clip is encoder-bound, the crowd GPU-bound
+CLIPS = {"one-face": ("talking_head_speech_retalking2.mp4", "veryfast"),
+         "crowd": ("multi_face_crowd_facenet_pytorch.mp4", "ultrafast")}
+
+
+def run(root: Path, clip: Path, output: Path, options: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", _RUN, str(clip), str(output), json.dumps(options)], cwd=root,
+                          check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--old", required=True, help="a folder holding the other version's gpen_video package")
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--detector-weights", required=True)
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of each 1080p clip")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--smoke", action="store_true", help="CPU, a second of small video")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    versions = {"old": Path(args.old).resolve(), "new": NEW}
+    device = {"device": "cpu"} if args.smoke else {"gpus": [0]}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (sample, preset) in CLIPS.items():
+            clip = build_clip(SHARED / sample, Path(tmp) / f"{name}.mp4", 1.0 if args.smoke else args.seconds,
+                              None if args.smoke else (1920, 1080))
+            options = {**device, "weights": str(Path(args.weights).resolve()), "detector": "retinaface-mobile",
+                       "detector_weights": str(Path(args.detector_weights).resolve()), "preset": preset,
+                       "progress": False, "overwrite": True}
+            for repeat in range(args.repeats):
+                order = ["old", "new"] if repeat % 2 == 0 else ["new", "old"]
+                for version in order:
+                    result = run(versions[version], clip, Path(tmp) / "out.mp4", options)
+                    rows.append({"clip": name, "version": version, "repeat": repeat, **result})
+                    print(json.dumps(rows[-1]), flush=True)
+                    if args.json:
+                        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print("\n| clip | old fps | new fps | new / old | old faces/s | new faces/s |\n|---|---|---|---|---|---|")
+    for name in CLIPS:
+        mean = {v: {k: sum(r[k] for r in rows if r["clip"] == name and r["version"] == v) / args.repeats
+                    for k in ("fps", "faces_per_s")} for v in versions}
+        print(f"| {name} | {mean['old']['fps']:.1f} | {mean['new']['fps']:.1f} | "
+              f"{mean['new']['fps'] / mean['old']['fps']:.2f} | {mean['old']['faces_per_s']:.1f} | "
+              f"{mean['new']['faces_per_s']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
