@@ -1,9 +1,10 @@
 """The threaded pipeline: decode -> detect (devices) -> track (in order) -> restore (devices) -> encode.
 
 Decoding and encoding are CPU stages in their own threads; each device (GPU, or the CPU) has a
-worker thread that takes detection and restoration batches from one shared queue, restoration
-first so finished work drains before new work enters. A worker collects a restoration batch only
-after queueing its next task, so the device computes one while the host prepares the other.
+worker thread. Any free worker takes the next detection batch; a restoration batch goes back to
+the device that detected its frames, which still holds them, and comes first, so finished work
+drains before new work enters. A worker collects a restoration batch only after queueing its next
+task, so the device computes one while the host prepares the other.
 Tracking needs the frames in order, so it runs in one thread between the two device stages. A
 semaphore caps the frames in flight, which keeps memory flat whatever the video's length; the
 encoder writes frames strictly in order.
@@ -13,16 +14,17 @@ Any stage's error stops every stage and reaches the caller; nothing is left at O
 from __future__ import annotations
 
 import contextlib
-import itertools
 import queue
 import threading
 import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import av
 import numpy as np
+import torch
 
 from .faces.detect import box_size
 from .faces.track import FaceTracker, TrackedFrame
@@ -61,18 +63,72 @@ class PipelineResult:
     busy: dict[str, float]
 
 
-class _Task:
-    """Queue entries order by priority (restoration first), then by submission."""
+class _Tasks:
+    """Work for the device workers. Detection batches go to whichever worker is free; a restoration
+    batch goes to a worker of the device that holds its frames since their detection (any worker
+    when it is None), and comes first, so finished work drains before new work enters."""
 
-    _seq = itertools.count()
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.ready = threading.Condition()
+        self.detect: deque[list[SourceFrame]] = deque()
+        self.restore: defaultdict[torch.device | None, deque[list]] = defaultdict(deque)
+        self.closed = False  # no more work: workers exit once their queues are empty
 
-    def __init__(self, priority: int, kind: str, payload: Any) -> None:
-        self.key = (priority, next(self._seq))
-        self.kind = kind
-        self.payload = payload
+    def put_detect(self, frames: list[SourceFrame]) -> None:
+        with self.ready:
+            self.detect.append(frames)
+            self.ready.notify_all()
 
-    def __lt__(self, other: _Task) -> bool:
-        return self.key < other.key
+    def put_restore(self, device: torch.device | None, pairs: list) -> None:
+        with self.ready:
+            self.restore[device].append(pairs)
+            self.ready.notify_all()
+
+    def close(self) -> None:
+        with self.ready:
+            self.closed = True
+            self.ready.notify_all()
+
+    def take(self, device: torch.device, wait: bool) -> tuple[str, Any] | None:
+        """The next ("restore" | "detect" | "exit", payload) for a worker on ``device``; without
+        ``wait``, None when there is none yet."""
+        with self.ready:
+            while True:
+                if self.stop.is_set():
+                    raise Stopped
+                for kind, waiting in (("restore", self.restore[device]), ("restore", self.restore[None]),
+                                      ("detect", self.detect)):
+                    if waiting:
+                        return kind, waiting.popleft()
+                if self.closed:
+                    return "exit", None
+                if not wait:
+                    return None
+                self.ready.wait(timeout=_POLL)
+
+    def clear(self) -> None:
+        with self.ready:
+            self.detect.clear()
+            self.restore.clear()
+
+
+def _restore_cut(faces: list[int], face_batch: int) -> int:
+    """How many frames of a full restoration batch to send, given each frame's face count: the
+    cut in its second half that leaves the fewest empty places in the last GPEN batch (compiled
+    graphs run full batches, padded), the later cut on a tie. The rest start the next batch."""
+    best, best_empty = len(faces), None
+    total = 0
+    for n, count in enumerate(faces, 1):
+        total += count
+        empty = -total % face_batch
+        if n >= (len(faces) + 1) // 2 and (best_empty is None or empty <= best_empty):
+            best, best_empty = n, empty
+    return best
+
+
+def _device_of(frame: SourceFrame) -> torch.device | None:
+    return frame.device_planes[0].device if frame.device_planes is not None else None
 
 
 class Pipeline:
@@ -92,7 +148,7 @@ class Pipeline:
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.clock = StageClock()
-        self.tasks: queue.PriorityQueue[_Task] = queue.PriorityQueue()
+        self.tasks = _Tasks(self.stop)
         self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
         in_flight = 2 * batch_frames * (len(workers) + 1) + tracker.lookahead + batch_frames
@@ -164,37 +220,27 @@ class Pipeline:
             self._acquire_slot()
             batch.append(item)
             if len(batch) == self.batch:
-                self.tasks.put(_Task(1, "detect", batch))
+                self.tasks.put_detect(batch)
                 batch = []
         if batch:
-            self.tasks.put(_Task(1, "detect", batch))
+            self.tasks.put_detect(batch)
         self.detected.put(("end", self.frames_decoded))
-
-    def _next_task(self, wait: bool) -> _Task | None:
-        """The next task; without ``wait``, None when none is queued."""
-        if wait:
-            return self._get(self.tasks)
-        if self.stop.is_set():
-            raise Stopped
-        try:
-            return self.tasks.get_nowait()
-        except queue.Empty:
-            return None
 
     def _work(self, worker: DeviceWorker) -> None:
         # The restoration batch the device runs, collected once the next task is queued behind it
         # (or at once when there is none).
         queued: tuple[list[SourceFrame], Pending[list[Restored]]] | None = None
         while True:
-            task = self._next_task(wait=queued is None)
+            task = self.tasks.take(worker.device, wait=queued is None)
             fresh = None
-            if task is not None and task.kind == "detect":
+            if task is not None and task[0] == "detect":
+                frames = task[1]
                 t0 = time.perf_counter()
-                faces, thumbnails = worker.detect(task.payload)
+                faces, thumbnails = worker.detect(frames)
                 self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
-                self.detected.put(("batch", (task.payload, faces, thumbnails)))
-            elif task is not None and task.kind == "restore":
-                pairs: list[tuple[SourceFrame, TrackedFrame]] = task.payload
+                self.detected.put(("batch", (frames, faces, thumbnails)))
+            elif task is not None and task[0] == "restore":
+                pairs: list[tuple[SourceFrame, TrackedFrame]] = task[1]
                 frames = [source for source, _ in pairs]
                 t0 = time.perf_counter()
                 fresh = frames, worker.queue_restore(frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]
@@ -203,7 +249,7 @@ class Pipeline:
             if queued is not None:
                 self._collect(worker, *queued)
             queued = fresh
-            if task is not None and task.kind == "exit":
+            if task is not None and task[0] == "exit":
                 return
 
     def _collect(self, worker: DeviceWorker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
@@ -220,23 +266,35 @@ class Pipeline:
         next_index = self.first_tracked
         batch: list[tuple[SourceFrame, TrackedFrame]] = []
 
+        def send(pairs: list[tuple[SourceFrame, TrackedFrame]]) -> None:
+            self.tasks.put_restore(_device_of(pairs[0][0]), pairs)
+
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
             for tracked in done:
                 source = sources.pop(tracked.index)
+                if tracked.index < self.start_frame or not tracked.faces:
+                    source.device_planes = None
                 if tracked.index < self.start_frame:  # context for a resumed job, encoded before
                     self.slots.release()
                     continue
                 if self.tracks is not None:
                     self.tracks.add(tracked)
-                if tracked.faces:
-                    batch.append((source, tracked))
-                else:
+                if not tracked.faces:
                     self.to_encode.put(("frame", (source, None)))
+                elif batch and _device_of(source) != _device_of(batch[0][0]):  # one batch, one device
+                    send(batch)
+                    batch = [(source, tracked)]
+                else:
+                    batch.append((source, tracked))
+                if len(batch) == self.batch:
+                    cut = _restore_cut([len(t.faces) for _, t in batch], self.batch)
+                    send(batch[:cut])
+                    batch = batch[cut:]
                 # Faces may be sparse: a batch also leaves once its first frame is `batch` frames old,
                 # since the encoder waits for that frame and the frames in flight are capped.
-                if batch and (len(batch) == self.batch or tracked.index - batch[0][0].index >= self.batch):
-                    self.tasks.put(_Task(0, "restore", batch))
+                if batch and tracked.index - batch[0][0].index >= self.batch:
+                    send(batch)
                     batch = []
 
         total: int | None = None
@@ -256,7 +314,7 @@ class Pipeline:
                 next_index = frames[-1].index + 1
         emit(self.tracker.flush())
         if batch:
-            self.tasks.put(_Task(0, "restore", batch))
+            send(batch)
         self.to_encode.put(("end", next_index))
 
     def _encode(self) -> None:
@@ -305,8 +363,7 @@ class Pipeline:
                 t.start()
             threads[2].join()  # the encoder finishes last when all goes well
             if not self.errors:
-                for _ in self.workers:
-                    self.tasks.put(_Task(2, "exit", None))
+                self.tasks.close()
             for t in threads:
                 while t.is_alive():
                     t.join(timeout=_POLL)
@@ -338,7 +395,8 @@ class Pipeline:
         for t in threads:
             if t.ident is not None:
                 t.join()
-        for q in (self.tasks, self.detected, self.to_encode):  # frames and packets go while FFmpeg is open
+        self.tasks.clear()  # frames and packets go while FFmpeg is open
+        for q in (self.detected, self.to_encode):
             while not q.empty():
                 q.get_nowait()
         self.writer.abort()

@@ -1,8 +1,9 @@
 """The work of one device: detect faces in frames, and restore the tracked faces of frames
 (align -> GPEN -> paste back). One instance per GPU (or one for the CPU).
 
-Frames come and go as YUV planes: they are uploaded through pinned buffers, converted to RGB on
-the device, and only the merged planes of restored frames come back. Restoration is queued on the
+Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
+and stay on the device until restoration; they are converted to RGB there, and only the merged
+planes of restored frames come back. Restoration is queued on the
 device and collected later (:class:`Pending`), so the host can queue the next batch meanwhile.
 """
 
@@ -127,6 +128,16 @@ class DeviceWorker:
             out.append(staging.to(self.device, non_blocking=True))
         return out
 
+    def _resident(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
+        """The frames' planes on this device, (N, h, w) per plane: those kept since detection when
+        all of them are here (a copy on the device), else uploaded again. The frames let go of them."""
+        kept = [f.device_planes for f in frames]
+        for frame in frames:
+            frame.device_planes = None
+        if all(k is not None and k[0].device == self.device for k in kept):
+            return [torch.stack([k[p] for k in kept]) for p in range(3)]
+        return self._upload(frames)
+
     def _download(self, planes: list[torch.Tensor]) -> list[torch.Tensor]:
         """(N, h, w) planes copied to the host (pinned, on a GPU); read them once the copy is done."""
         if self.device.type != "cuda":
@@ -139,7 +150,10 @@ class DeviceWorker:
         faces: list[list[Face]] = []
         thumbnails = []
         for run in _runs(frames):
-            rgb = frames[run][0].layout.to_rgb(self._upload(frames[run]))
+            planes = self._upload(frames[run])
+            for i, frame in enumerate(frames[run]):
+                frame.device_planes = [p[i] for p in planes]
+            rgb = frames[run][0].layout.to_rgb(planes)
             faces += self.detector.detect_rgb(rgb)
             thumbnails.append(scene_thumbnails(rgb))
         return faces, np.concatenate(thumbnails)
@@ -185,7 +199,7 @@ class DeviceWorker:
         downloads = []
         for run in runs:
             layout = frames[run][0].layout
-            planes = self._upload(frames[run])
+            planes = self._resident(frames[run])
             image, changed = self.restore_rgb(layout.to_rgb(planes), faces[run])
             downloads.append(self._download(layout.merge(layout.to_planes(image, planes[0].dtype), planes, changed)))
 

@@ -16,6 +16,11 @@ import torch
 
 from gpen_video import restore as restore_module
 from gpen_video.api import restore_video
+from gpen_video.faces.detect import box_size
+from gpen_video.pipeline import _restore_cut
+from gpen_video.restore import DeviceSettings, DeviceWorker
+from gpen_video.video.decode import read_frames
+from gpen_video.weights import load_gpen_weights
 
 from .conftest import shared_file, write_clip
 
@@ -42,6 +47,30 @@ def test_two_workers_give_the_same_frames_in_the_same_order(small_gpen, tmp_path
     a, b = _frames(one), _frames(two)
     assert len(a) == len(b) == 100
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_frames_kept_on_the_device_since_detection_restore_as_a_fresh_upload_does(small_gpen):
+    state_dict, _ = load_gpen_weights(weights=small_gpen)
+    worker = DeviceWorker(state_dict, DeviceSettings(detector="retinaface-mobile",
+                                                     detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+    kept, fresh = list(read_frames(SAMPLE, limit=3)), list(read_frames(SAMPLE, limit=3))
+    found, _ = worker.detect(kept)
+    assert all(f.device_planes is not None for f in kept)
+    faces = [[(face.landmarks, box_size(face.box)) for face in fs] for fs in found]
+    assert sum(map(len, faces)) == 3
+    a, b = worker.restore(kept, faces), worker.restore(fresh, faces)
+    assert all(f.device_planes is None for f in kept)  # let go once restored
+    assert all(np.array_equal(x, y) for ra, rb in zip(a, b) for x, y in zip(ra.planes, rb.planes))
+    assert not all(np.array_equal(x, y) for r, f in zip(a, kept) for x, y in zip(r.planes, f.frame.to_ndarray()))
+
+
+def test_restoration_batches_are_cut_where_the_last_gpen_batch_is_fullest():
+    assert _restore_cut([1] * 16, 16) == 16  # one face a frame: 16 faces fill one GPEN batch
+    crowd = [5, 6, 5, 5, 4, 6, 5, 5, 6, 5, 5, 5, 2, 5, 5, 5]  # all 16 frames: 79 faces, 1 place left empty
+    cut = _restore_cut(crowd, 16)
+    assert cut == 13 and sum(crowd[:cut]) == 64
+    assert _restore_cut([6] * 16, 16) == 16  # 48 faces after 8 frames fit too: the later cut wins
+    assert _restore_cut([16] + [1] * 15, 16) == 16  # a perfect fit after one frame is too small a batch
 
 
 def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_path, monkeypatch):

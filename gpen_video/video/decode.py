@@ -12,6 +12,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+import torch
 
 from .colour import PlaneLayout, as_planar_yuv, frame_planes, planes_to_frame, to_rgb
 
@@ -30,6 +31,9 @@ class SourceFrame:
     #: "" for a clean frame; "corrupt" if the decoder concealed errors in it; "repeated" if its
     #: packet could not be decoded and the previous frame stands in, at this frame's time.
     damage: str = ""
+    #: Its planes on the device that detected it, kept there until restoration so that a frame
+    #: crosses to the device once; None once restored or when it has no face to restore.
+    device_planes: list[torch.Tensor] | None = None
 
     @property
     def time(self) -> float:
