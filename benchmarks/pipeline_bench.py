@@ -4,7 +4,7 @@ Builds its clips from the real samples in ../shared (scaled to 1080p and looped)
 table: transcode-only fps, our fps on a one-face clip and the ratio, the official-style baseline
 (benchmarks/official_style.py) and our speed-up over it, restored faces/s on the crowd clip (on
 one GPU and on all of ``--gpus``), the peak host memory of a short and a long run, and each
-stage's busy share.
+stage's busy share and each GPU's (NVML utilisation).
 
     python benchmarks/pipeline_bench.py --weights GPEN.pth --detector-weights retinaface.pth
     python benchmarks/pipeline_bench.py --smoke ...   # CPU, a few frames: checks the harness
@@ -27,6 +27,7 @@ from pathlib import Path
 import av
 import numpy as np
 import torch
+from gpu_busy import GpuBusy
 from official_style import official_style_fps
 
 from gpen_video.api import restore_video
@@ -136,16 +137,24 @@ def _busy(summary) -> dict[str, float]:
     return {k: round(v / summary.seconds, 3) for k, v in sorted(summary.busy.items())}
 
 
+def _restore(rows: _Rows, name: str, clip: Path, output: Path, gpus: list[int], **options):
+    """One timed run; records each stage's busy share and each GPU's (NVML) under ``name``."""
+    with GpuBusy(gpus) as gpu:
+        summary = restore_video(clip, output, **options)
+    rows[f"{name}_busy"] = _busy(summary)
+    rows[f"{name}_gpu_busy"] = gpu.shares()
+    return summary
+
+
 def _throughput(rows: _Rows, args: argparse.Namespace, one_face: Path, crowd: Path, tmp_path: Path, device: str,
                 gpus: list[int], one_gpu: dict, options: dict, settings: EncoderSettings) -> None:
     """The speed rows: transcode-only, one face, the official-style baseline, the crowd, all GPUs."""
     rows["transcode_fps"] = transcode_fps(one_face, tmp_path / "t.mp4", settings)
     warm = restore_video(crowd, tmp_path / "warm.mp4", **one_gpu, **options)  # first batches autotune: not timed
     rows["warmup_seconds"] = warm.seconds
-    ours = restore_video(one_face, tmp_path / "o.mp4", **one_gpu, **options)
+    ours = _restore(rows, "one_face", one_face, tmp_path / "o.mp4", gpus[:1], **one_gpu, **options)
     rows["our_fps"] = ours.fps
     rows["ratio"] = ours.fps / rows["transcode_fps"]
-    rows["one_face_busy"] = _busy(ours)
     baseline_frames = 10 if args.smoke else args.baseline_frames
     rows["baseline_fps"] = official_style_fps(one_face, tmp_path / "b.mp4", args.weights, args.detector,
                                               args.detector_weights, settings, device, limit=baseline_frames)
@@ -153,21 +162,21 @@ def _throughput(rows: _Rows, args: argparse.Namespace, one_face: Path, crowd: Pa
     crowd_options = {**options, "preset": args.crowd_preset}
     crowd_settings = EncoderSettings(preset=args.crowd_preset)
     rows["crowd_transcode_fps"] = transcode_fps(crowd, tmp_path / "ct.mp4", crowd_settings)
-    many = restore_video(crowd, tmp_path / "c.mp4", **one_gpu, **crowd_options)
+    many = _restore(rows, "crowd", crowd, tmp_path / "c.mp4", gpus[:1], **one_gpu, **crowd_options)
     rows["crowd_faces_per_s"] = many.faces / many.seconds
     rows["crowd_fps"] = many.fps
     rows["crowd_faces_per_frame"] = many.faces / many.frames
-    rows["crowd_busy"] = _busy(many)
     if device == "cuda" and len(gpus) > 1:
-        all_gpus = {"gpus": gpus}
-        many_all = restore_video(crowd, tmp_path / "c2.mp4", **all_gpus, **crowd_options)
+        many_all = _restore(rows, "crowd_all_gpus", crowd, tmp_path / "c2.mp4", gpus, gpus=gpus, **crowd_options)
         rows["gpus"] = len(gpus)
         rows["crowd_faces_per_s_all_gpus"] = many_all.faces / many_all.seconds
         rows["crowd_scaling"] = rows["crowd_faces_per_s_all_gpus"] / rows["crowd_faces_per_s"]
-        rows["crowd_busy_all_gpus"] = _busy(many_all)
-        ours_all = restore_video(one_face, tmp_path / "o2.mp4", **all_gpus, **options)
+        ours_all = _restore(rows, "one_face_all_gpus", one_face, tmp_path / "o2.mp4", gpus, gpus=gpus, **options)
         rows["our_fps_all_gpus"] = ours_all.fps
-        rows["one_face_busy_all_gpus"] = _busy(ours_all)
+
+
+def _share(shares: dict[int, float]) -> str:
+    return "/".join(f"{v:.0%}" for v in shares.values()) or "n/a"
 
 
 def _print_memory(rows: _Rows, seconds: float, long_seconds: float) -> None:
@@ -235,16 +244,17 @@ def main() -> None:
         _print_memory(rows, seconds, long_seconds)
         return
     print(f"\n| transcode fps | our fps (1 face) | ratio | official-style fps | speed-up | crowd faces/s | "
-          f"faces/frame | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n"
+          f"faces/frame | GPU busy (1 face, crowd) | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n"
           f"| {rows['transcode_fps']:.1f} | {rows['our_fps']:.1f} | {rows['ratio']:.2f} | {rows['baseline_fps']:.2f} | "
           f"{rows['speedup']:.1f} | {rows['crowd_faces_per_s']:.1f} | {rows['crowd_faces_per_frame']:.1f} | "
-          f"{rows['peak_rss_mib']:.0f} |")
+          f"{_share(rows['one_face_gpu_busy'])}, {_share(rows['crowd_gpu_busy'])} | {rows['peak_rss_mib']:.0f} |")
     _print_memory(rows, seconds, long_seconds)
     if "gpus" in rows:
         print(f"\n| GPUs | crowd faces/s | scaling | one-face fps | transcode fps |\n|---|---|---|---|---|\n"
               f"| 1 | {rows['crowd_faces_per_s']:.1f} | 1.00 | {rows['our_fps']:.1f} | {rows['transcode_fps']:.1f} |\n"
               f"| {rows['gpus']} | {rows['crowd_faces_per_s_all_gpus']:.1f} | {rows['crowd_scaling']:.2f} | "
-              f"{rows['our_fps_all_gpus']:.1f} | {rows['transcode_fps']:.1f} |")
+              f"{rows['our_fps_all_gpus']:.1f} | {rows['transcode_fps']:.1f} |\n"
+              f"\nGPU busy with all GPUs: crowd {rows['crowd_all_gpus_gpu_busy']}, one face {rows['one_face_all_gpus_gpu_busy']}")
 
 
 if __name__ == "__main__":

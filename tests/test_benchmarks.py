@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,8 +30,6 @@ def test_model_throughput_smoke(tmp_path):
 def _smoke(script: str, tmp_path: Path, golden: dict, *options: str) -> object:
     """Run a GPU benchmark's ``--smoke`` mode with the small golden GPEN and the shared detector;
     the JSON it writes."""
-    import torch
-
     from .conftest import SHARED, shared_file
 
     weights = tmp_path / "gpen_small.pth"
@@ -44,6 +47,24 @@ def test_pipeline_bench_smoke(tmp_path, golden):
     assert numbers["transcode_fps"] > 0 and numbers["our_fps"] > 0 and numbers["baseline_fps"] > 0
     assert numbers["crowd_faces_per_frame"] >= 3  # the crowd clip has ~8 faces; the harness must see them
     assert numbers["run_rss_mib_short"] > 100 and numbers["run_rss_mib_long"] > 100  # whole runs were measured
+    assert numbers["crowd_gpu_busy"] == numbers["one_face_gpu_busy"] == {}  # no GPU here: reported as none
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_busy_share_tells_a_busy_gpu_from_an_idle_one():
+    spec = importlib.util.spec_from_file_location("gpu_busy", ROOT / "benchmarks" / "gpu_busy.py")
+    gpu_busy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_busy)
+    x = torch.randn(4096, 4096, device="cuda:0")
+    with gpu_busy.GpuBusy([0]) as busy:
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            for _ in range(20):
+                x = (x @ x).clamp(-1, 1)
+            torch.cuda.synchronize()
+    with gpu_busy.GpuBusy([0]) as idle:
+        time.sleep(2)
+    assert busy.shares()[0] > 0.8 and idle.shares()[0] < 0.2
 
 
 def test_encoder_contention_smoke(tmp_path, golden):
