@@ -127,6 +127,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                   threshold: float = 0.9, min_face: float = 0.0, max_faces: int | None = None,
                   strength: float = 1.0, smooth: float | None = None, codec: str | None = None,
                   crf: int | None = None, preset: str | None = None, pix_fmt: str | None = None,
+                  encoder_threads: int = 0,
                   tracks_out: str | Path | None = None, overwrite: bool = False, progress: bool = True,
                   resume: bool = False, segment_frames: int = SEGMENT_FRAMES, workers_per_device: int = 1) -> Summary:
     """Restore every face in ``input`` and write ``output``; audio, timing and metadata are kept.
@@ -146,6 +147,8 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
         raise UsageError("--tracks-out cannot be combined with --resume (a resumed run sees only part of the video)")
     if segment_frames < 1:
         raise UsageError(f"segment length must be a positive number of frames, got {segment_frames}")
+    if encoder_threads < 0:
+        raise UsageError(f"encoder threads must be 0 (the encoder's choice) or more, got {encoder_threads}")
     devices = [d for d in _devices(gpus, device) for _ in range(workers_per_device)]
     settings = _settings(devices, precision, batch_size, compile, strength, detector=detector,
                          detector_weights=detector_weights, threshold=threshold, min_face=min_face,
@@ -154,7 +157,8 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
     state_dict, _ = load_gpen_weights(model, weights, progress)
     container = open_input(input)
     try:
-        encoder_settings = EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt)
+        encoder_settings = EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt,
+                                           threads=encoder_threads)
         writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, encoder_settings)
         tracks = None
         try:

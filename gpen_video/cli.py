@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     enc.add_argument("--crf", type=int, help="quality (default: visually lossless for the codec; 0 = lossless x264)")
     enc.add_argument("--preset", help="encoder preset (default: fast for x264/x265)")
     enc.add_argument("--pix-fmt", help="output pixel format (default: the input's, when the codec takes it)")
+    enc.add_argument("--encoder-threads", type=int, default=0,
+                     help="encoder threads (default 0: the encoder's own choice, about 1.5 per core for x264)")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     p.add_argument("--resume", action="store_true",
                    help="encode in segments kept beside OUTPUT; after a crash, the same command with --resume "
@@ -100,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             summary = restore_video(args.input, args.output, batch_size=args.batch_size, compile=args.compile,
                                     smooth=args.smooth, codec=args.codec, crf=args.crf, preset=args.preset,
-                                    pix_fmt=args.pix_fmt, resume=args.resume,
-                                    segment_frames=args.segment_frames, **common)
+                                    pix_fmt=args.pix_fmt, encoder_threads=args.encoder_threads,
+                                    resume=args.resume, segment_frames=args.segment_frames, **common)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
         print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)

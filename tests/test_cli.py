@@ -31,7 +31,7 @@ def test_help_and_version():
     assert out.returncode == 0
     for option in ("--gpus", "--model", "--weights", "--precision", "--batch-size", "--detector", "--detector-weights",
                    "--strength", "--smooth", "--codec", "--crf", "--preset", "--tracks-out", "--overwrite", "--resume",
-                   "--segment-frames",
+                   "--segment-frames", "--encoder-threads",
                    "--device", "--quiet", "examples:"):
         assert option in out.stdout
     version = gpen_video("--version")

@@ -76,13 +76,14 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
         "missing gpu": ([SAMPLE, out, "--gpus", "7"], "GPU 7 does not exist"),
         "zero batch": ([SAMPLE, out, "--batch-size", "0"], "batch size must be a positive integer"),
         "strength above 1": ([SAMPLE, out, "--strength", "1.5"], "strength must be in [0, 1]"),
+        "negative encoder threads": ([SAMPLE, out, "--encoder-threads", "-1"], "encoder threads must be 0"),
     }
 
 
 CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4", "audio only", "output is input",
               "output via link",
               "no output dir", "bad extension", "no such encoder", "not a gpen checkpoint", "truncated checkpoint",
-              "missing gpu", "zero batch", "strength above 1"]
+              "missing gpu", "zero batch", "strength above 1", "negative encoder threads"]
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)
