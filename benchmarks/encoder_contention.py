@@ -35,6 +35,9 @@ VARIANTS = {
     "omp-passive": "the whole pipeline, OMP_WAIT_POLICY=passive",
     "blocking-sync": "the whole pipeline, the CUDA runtime blocking instead of spinning while it waits",
     "strength-0": "the whole pipeline, restored faces not blended in (--strength 0): same work, source content",
+    "transcode-capped": "a transcode with the encoder's threads capped at --capped-threads",
+    "capped": "the whole pipeline with the encoder's threads capped at --capped-threads",
+    "transcode-slice-threads": "a transcode with PyAV's default slice threads instead of frame threads",
 }
 DEFAULT_VARIANTS = "transcode,transcode-planes,transcode-detecting,no-faces,default,transcode"
 
@@ -97,7 +100,10 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
                 else contextlib.nullcontext([0])
             with detecting as batches:
                 start = time.perf_counter()
-                fps = transcode_fps(clip, out, EncoderSettings(preset=args.preset), planes=variant == "transcode-planes",
+                settings = EncoderSettings(preset=args.preset,
+                                           threads=args.capped_threads if variant == "transcode-capped" else 0,
+                                           thread_type="SLICE" if variant == "transcode-slice-threads" else "AUTO")
+                fps = transcode_fps(clip, out, settings, planes=variant == "transcode-planes",
                                     queued=192 if variant == "transcode-held" else 64)
                 seconds = time.perf_counter() - start
             busy["detect_batches_alongside"] = batches[0]
@@ -107,7 +113,9 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
                                     detector_weights=args.detector_weights, preset=args.preset,
                                     min_face=1e9 if variant == "no-faces" else 0.0,
                                     strength=0.0 if variant == "strength-0" else 1.0,
-                                    batch_size=8 if variant == "batch-8" else 16, progress=False, overwrite=True)
+                                    batch_size=8 if variant == "batch-8" else 16,
+                                    encoder_threads=args.capped_threads if variant == "capped" else 0,
+                                    progress=False, overwrite=True)
             fps, seconds = summary.fps, summary.seconds
             busy = {k: round(v / summary.seconds, 3) for k, v in summary.busy.items()}
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -123,6 +131,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=40.0, help="length of the 1080p one-face clip")
     ap.add_argument("--preset", default="veryfast")
     ap.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    ap.add_argument("--capped-threads", type=int, default=12, help="encoder threads of the *capped variants")
     ap.add_argument("--smoke", action="store_true", help="CPU, one second of small video")
     ap.add_argument("--json", help="also write the rows to this file")
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
@@ -146,7 +155,8 @@ def main() -> None:
         for variant in variants:
             env = {**os.environ, **({"OMP_WAIT_POLICY": "passive"} if variant == "omp-passive" else {})}
             cmd = [sys.executable, __file__, "--run", variant, "--clip", str(clip), "--weights", args.weights,
-                   "--detector-weights", args.detector_weights, "--preset", args.preset, "--device", args.device]
+                   "--detector-weights", args.detector_weights, "--preset", args.preset, "--device", args.device,
+                   "--capped-threads", str(args.capped_threads)]
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(rows[-1]), flush=True)

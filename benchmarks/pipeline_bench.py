@@ -137,9 +137,10 @@ def _busy(summary) -> dict[str, float]:
     return {k: round(v / summary.seconds, 3) for k, v in sorted(summary.busy.items())}
 
 
-def _restore(rows: _Rows, name: str, clip: Path, output: Path, gpus: list[int], **options):
-    """One timed run; records each stage's busy share and each GPU's (NVML) under ``name``."""
-    with GpuBusy(gpus) as gpu:
+def _restore(rows: _Rows, name: str, clip: Path, output: Path, sampled: list[int], **options):
+    """One timed run; records each stage's busy share, and that of each GPU in ``sampled`` (NVML),
+    under ``name``."""
+    with GpuBusy(sampled) as gpu:
         summary = restore_video(clip, output, **options)
     rows[f"{name}_busy"] = _busy(summary)
     rows[f"{name}_gpu_busy"] = gpu.shares()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import av
@@ -67,6 +68,19 @@ def test_colours_and_tags_survive_the_rgb_round_trip(tmp_path, colorspace, color
         assert cc.pix_fmt == pix_fmt_in  # the input's pixel format is kept
     out = next(read_frames(dst)).rgb()
     assert np.abs(out.astype(int) - decoded).max() <= 2  # our RGB -> YUV -> RGB round trip
+
+
+@pytest.mark.parametrize("threads", [0, 3])
+def test_x264_encodes_whole_frames_in_parallel_with_the_threads_asked_for(tmp_path, threads):
+    src, dst = tmp_path / "in.mp4", tmp_path / "out.mp4"
+    make_clip(src, 1, 1, frames=30)
+    rewrite(src, dst, EncoderSettings(preset="ultrafast", threads=threads), touch_everything=False)
+    # x264 writes its options into the stream (an SEI message)
+    options = re.search(rb"x264 - core .*? threads=(\d+) lookahead_threads=\d+ sliced_threads=(\d)", dst.read_bytes())
+    assert options is not None
+    assert options.group(2) == b"0"  # frame threads, not slices of one frame
+    if threads:
+        assert int(options.group(1)) == threads
 
 
 def test_untouched_frames_are_bit_exact_with_a_lossless_codec(tmp_path):

@@ -59,6 +59,10 @@ class EncoderSettings:
     preset: str | None = None
     pix_fmt: str | None = None  # None: the input's, when the codec takes it
     threads: int = 0  # 0: FFmpeg decides
+    #: "AUTO", as the ffmpeg command line: x264 encodes several frames at once. PyAV's default,
+    #: "SLICE", splits each frame across the threads instead: 1.8x slower at 1080p on 16 cores,
+    #: and larger files (BENCHMARKS.md, run K).
+    thread_type: str = "AUTO"
 
 
 def _pick_pix_fmt(codec: av.codec.Codec, wanted: str) -> str:
@@ -227,6 +231,7 @@ class VideoWriter:
             cc.sample_aspect_ratio = src_cc.sample_aspect_ratio
         if settings.threads:
             cc.thread_count = settings.threads
+        cc.thread_type = settings.thread_type
         options = {}
         crf = settings.crf if settings.crf is not None else DEFAULT_CRF.get(codec.name)
         if crf is not None:
