@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import torch
 
@@ -23,8 +24,9 @@ def _nvml() -> ctypes.CDLL | None:
 
 
 class GpuBusy:
-    """``with GpuBusy([0, 1]) as busy: ...`` then ``busy.shares()``: the mean busy share per GPU
-    (CUDA numbering), or an empty dict without NVML."""
+    """``with GpuBusy([0, 1]) as busy: ...`` then ``busy.shares(since)``: the mean busy share per
+    GPU (CUDA numbering) from ``since`` (a ``time.perf_counter()`` reading: model loading and
+    compilation before a run should not count), or an empty dict without NVML."""
 
     def __init__(self, gpus: list[int], interval: float = 0.1) -> None:
         self.interval = interval
@@ -36,7 +38,7 @@ class GpuBusy:
             bus_id = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0".encode()
             if self.lib.nvmlDeviceGetHandleByPciBusId_v2(bus_id, ctypes.byref(handle)) == 0:
                 self.handles[gpu] = handle
-        self.samples: dict[int, list[int]] = {gpu: [] for gpu in self.handles}
+        self.samples: dict[int, list[tuple[float, int]]] = {gpu: [] for gpu in self.handles}
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -45,7 +47,7 @@ class GpuBusy:
         while not self.done.wait(self.interval):
             for gpu, handle in self.handles.items():
                 if self.lib.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(reading)) == 0:
-                    self.samples[gpu].append(reading.gpu)
+                    self.samples[gpu].append((time.perf_counter(), reading.gpu))
 
     def __enter__(self) -> GpuBusy:
         if self.handles:
@@ -57,5 +59,10 @@ class GpuBusy:
         if self.thread.is_alive():
             self.thread.join()
 
-    def shares(self) -> dict[int, float]:
-        return {gpu: round(sum(s) / len(s) / 100, 3) for gpu, s in self.samples.items() if s}
+    def shares(self, since: float = 0.0) -> dict[int, float]:
+        shares = {}
+        for gpu, samples in self.samples.items():
+            window = [value for t, value in samples if t >= since]
+            if window:
+                shares[gpu] = round(sum(window) / len(window) / 100, 3)
+        return shares

@@ -142,8 +142,9 @@ def _restore(rows: _Rows, name: str, clip: Path, output: Path, sampled: list[int
     under ``name``."""
     with GpuBusy(sampled) as gpu:
         summary = restore_video(clip, output, **options)
+        end = time.perf_counter()
     rows[f"{name}_busy"] = _busy(summary)
-    rows[f"{name}_gpu_busy"] = gpu.shares()
+    rows[f"{name}_gpu_busy"] = gpu.shares(since=end - summary.seconds)  # the pipeline's run, not the set-up
     return summary
 
 
