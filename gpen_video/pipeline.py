@@ -231,16 +231,16 @@ class Pipeline:
         # (or at once when there is none).
         queued: tuple[list[SourceFrame], Pending[list[Restored]]] | None = None
         while True:
-            task = self.tasks.take(worker.device, wait=queued is None)
+            kind, payload = self.tasks.take(worker.device, wait=queued is None) or (None, None)
             fresh = None
-            if task is not None and task[0] == "detect":
-                frames = task[1]
+            if kind == "detect":
+                frames = payload
                 t0 = time.perf_counter()
                 faces, thumbnails = worker.detect(frames)
                 self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
                 self.detected.put(("batch", (frames, faces, thumbnails)))
-            elif task is not None and task[0] == "restore":
-                pairs: list[tuple[SourceFrame, TrackedFrame]] = task[1]
+            elif kind == "restore":
+                pairs: list[tuple[SourceFrame, TrackedFrame]] = payload
                 frames = [source for source, _ in pairs]
                 t0 = time.perf_counter()
                 fresh = frames, worker.queue_restore(frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]
@@ -249,7 +249,7 @@ class Pipeline:
             if queued is not None:
                 self._collect(worker, *queued)
             queued = fresh
-            if task is not None and task[0] == "exit":
+            if kind == "exit":
                 return
 
     def _collect(self, worker: DeviceWorker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:

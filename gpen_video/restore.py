@@ -3,8 +3,8 @@
 
 Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
 and stay on the device until restoration; they are converted to RGB there, and only the merged
-planes of restored frames come back. Restoration is queued on the
-device and collected later (:class:`Pending`), so the host can queue the next batch meanwhile.
+planes of restored frames come back. Restoration is queued on the device and collected later
+(:class:`Pending`), so the host can queue the next batch meanwhile.
 """
 
 from __future__ import annotations
