@@ -3,8 +3,9 @@
 Decoding and encoding are CPU stages in their own threads; each device (GPU, or the CPU) has a
 worker thread. Any free worker takes the next detection batch; a restoration batch goes back to
 the device that detected its frames, which still holds them, and comes first, so finished work
-drains before new work enters. A worker collects a restoration batch only after queueing its next
-task, so the device computes one while the host prepares the other.
+drains before new work enters. A worker collects a restoration batch only once the next one is
+queued behind it (or it has nothing else to do), so the device is never left without work while
+the host detects, collects and prepares.
 Tracking needs the frames in order, so it runs in one thread between the two device stages. A
 semaphore caps the frames in flight, which keeps memory flat whatever the video's length; the
 encoder writes frames strictly in order.
@@ -151,7 +152,9 @@ class Pipeline:
         self.tasks = _Tasks(self.stop)
         self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
-        in_flight = 2 * batch_frames * (len(workers) + 1) + tracker.lookahead + batch_frames
+        # Per worker: two restoration batches queued and one being detected; then the tracker's
+        # look-ahead and the batch the decoder is filling.
+        in_flight = 3 * batch_frames * (len(workers) + 1) + tracker.lookahead + batch_frames
         self.slots = threading.Semaphore(in_flight)
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
@@ -227,30 +230,35 @@ class Pipeline:
         self.detected.put(("end", self.frames_decoded))
 
     def _work(self, worker: DeviceWorker) -> None:
-        # The restoration batch the device runs, collected once the next task is queued behind it
-        # (or at once when there is none).
-        queued: tuple[list[SourceFrame], Pending[list[Restored]]] | None = None
+        # Restoration batches queued on the device, oldest first. The oldest is collected once
+        # another is queued behind it, so the device always has the next one, or once there is
+        # nothing else to do; detection runs meanwhile (on a GPU, in a stream of its own).
+        queued: deque[tuple[list[SourceFrame], Pending[list[Restored]]]] = deque()
         while True:
-            kind, payload = self.tasks.take(worker.device, wait=queued is None) or (None, None)
-            fresh = None
+            task = self.tasks.take(worker.device, wait=not queued)
+            if task is None:
+                self._collect(worker, *queued.popleft())
+                continue
+            kind, payload = task
+            if kind == "exit":
+                while queued:
+                    self._collect(worker, *queued.popleft())
+                return
             if kind == "detect":
                 frames = payload
                 t0 = time.perf_counter()
                 faces, thumbnails = worker.detect(frames)
                 self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
                 self.detected.put(("batch", (frames, faces, thumbnails)))
-            elif kind == "restore":
+            else:
                 pairs: list[tuple[SourceFrame, TrackedFrame]] = payload
                 frames = [source for source, _ in pairs]
                 t0 = time.perf_counter()
-                fresh = frames, worker.queue_restore(frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]
-                                                              for _, tracked in pairs])
+                queued.append((frames, worker.queue_restore(
+                    frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces] for _, tracked in pairs])))
                 self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
-            if queued is not None:
-                self._collect(worker, *queued)
-            queued = fresh
-            if kind == "exit":
-                return
+                if len(queued) > 1:
+                    self._collect(worker, *queued.popleft())
 
     def _collect(self, worker: DeviceWorker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
         t0 = time.perf_counter()

@@ -4,11 +4,14 @@
 Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
 and stay on the device until restoration; they are converted to RGB there, and only the merged
 planes of restored frames come back. Restoration is queued on the device and collected later
-(:class:`Pending`), so the host can queue the next batch meanwhile.
+(:class:`Pending`), so the host can queue the next batch meanwhile. On a GPU, detection runs in a
+CUDA stream of its own: its results must come back to the host at once, and on the restoration
+stream that read-back would wait for every restoration queued before it, draining the GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -114,6 +117,11 @@ class DeviceWorker:
                                      min_size=settings.min_face, max_faces=settings.max_faces, progress=False)
         self.compositor = Compositor(self.crop_size, self.device, settings.strength)
         self.reference = reference_points(self.crop_size)
+        self.detect_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def _detecting(self) -> contextlib.AbstractContextManager:
+        """Work in this block runs on the detection stream (on a GPU)."""
+        return torch.cuda.stream(self.detect_stream) if self.detect_stream is not None else contextlib.nullcontext()
 
     def _upload(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
         """The frames' planes on the device, (N, h, w) per plane; through a pinned buffer on a GPU,
@@ -135,6 +143,11 @@ class DeviceWorker:
         for frame in frames:
             frame.device_planes = None
         if all(k is not None and k[0].device == self.device for k in kept):
+            if self.detect_stream is not None:
+                # Allocated on the detection stream: their memory must not be reused there before
+                # this stream has read them (the upload itself finished when detection returned).
+                for plane in (p for k in kept for p in k):
+                    plane.record_stream(torch.cuda.current_stream(self.device))
             return [torch.stack([k[p] for k in kept]) for p in range(3)]
         return self._upload(frames)
 
@@ -149,13 +162,14 @@ class DeviceWorker:
         """The faces of each frame, and each frame's scene thumbnail for the tracker's cut detection."""
         faces: list[list[Face]] = []
         thumbnails = []
-        for run in _runs(frames):
-            planes = self._upload(frames[run])
-            for i, frame in enumerate(frames[run]):
-                frame.device_planes = [p[i] for p in planes]
-            rgb = frames[run][0].layout.to_rgb(planes)
-            faces += self.detector.detect_rgb(rgb)
-            thumbnails.append(scene_thumbnails(rgb))
+        with self._detecting():
+            for run in _runs(frames):
+                planes = self._upload(frames[run])
+                for i, frame in enumerate(frames[run]):
+                    frame.device_planes = [p[i] for p in planes]
+                rgb = frames[run][0].layout.to_rgb(planes)
+                faces += self.detector.detect_rgb(rgb)
+                thumbnails.append(scene_thumbnails(rgb))  # read back: the stream has finished the run
         return faces, np.concatenate(thumbnails)
 
     @torch.no_grad()
