@@ -1,9 +1,10 @@
-"""Two versions of the tool on the same clips, side by side in one run: every run a fresh
-process, the versions alternating, so a change's effect on speed is measured on one machine
-rather than across leases.
+"""Versions of the tool on the same clips, side by side in one run: every run a fresh process,
+the versions taking turns, so a change's effect on speed is measured on one machine rather than
+across leases. Each older version is a folder holding its ``gpen_video`` package, named after
+the folder; this checkout is "new".
 
-    git archive REV gpen_video | tar -x -C /tmp/old      # the version to compare against
-    python benchmarks/compare_versions.py --old /tmp/old --weights G.pth --detector-weights R.pth
+    git archive REV gpen_video | tar -x -C /tmp/REV      # each version to compare against
+    python benchmarks/compare_versions.py --old /tmp/REV [/tmp/REV2 ...] --weights G.pth --detector-weights R.pth
     python benchmarks/compare_versions.py --smoke --old . ...   # CPU, tiny clips: checks the harness
 """
 
@@ -41,7 +42,7 @@ def run(root: Path, clip: Path, output: Path, options: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--old", required=True, help="a folder holding the other version's gpen_video package")
+    ap.add_argument("--old", required=True, nargs="+", help="folders each holding another version's gpen_video")
     ap.add_argument("--weights", required=True)
     ap.add_argument("--detector-weights", required=True)
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each 1080p clip")
@@ -49,7 +50,10 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, a second of small video")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
-    versions = {"old": Path(args.old).resolve(), "new": NEW}
+    versions = {Path(old).absolute().name: Path(old).resolve() for old in args.old}
+    if len(versions) < len(args.old) or "new" in versions:
+        ap.error("each --old folder needs a name of its own, other than 'new'")
+    versions["new"] = NEW
     device = {"device": "cpu"} if args.smoke else {"gpus": [0]}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,21 +64,21 @@ def main() -> None:
                        "detector_weights": str(Path(args.detector_weights).resolve()), "preset": preset,
                        "progress": False, "overwrite": True}
             for repeat in range(args.repeats):
-                order = ["old", "new"] if repeat % 2 == 0 else ["new", "old"]
+                order = list(versions) if repeat % 2 == 0 else list(versions)[::-1]
                 for version in order:
                     result = run(versions[version], clip, Path(tmp) / "out.mp4", options)
                     rows.append({"clip": name, "version": version, "repeat": repeat, **result})
                     print(json.dumps(rows[-1]), flush=True)
                     if args.json:
                         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| clip | old fps | new fps | new / old | old faces/s | new faces/s |\n|---|---|---|---|---|---|")
+    first = next(iter(versions))
+    print(f"\n| clip | version | fps | faces/s | vs {first} |\n|---|---|---|---|---|")
     for name in CLIPS:
         mean = {v: {k: sum(r[k] for r in rows if r["clip"] == name and r["version"] == v) / args.repeats
                     for k in ("fps", "faces_per_s")} for v in versions}
-        print(f"| {name} | {mean['old']['fps']:.1f} | {mean['new']['fps']:.1f} | "
-              f"{mean['new']['fps'] / mean['old']['fps']:.2f} | {mean['old']['faces_per_s']:.1f} | "
-              f"{mean['new']['faces_per_s']:.1f} |")
-
+        for version, m in mean.items():
+            print(f"| {name} | {version} | {m['fps']:.1f} | {m['faces_per_s']:.1f} | "
+                  f"{m['fps'] / mean[first]['fps']:.2f} |")
 
 if __name__ == "__main__":
     main()
