@@ -31,7 +31,7 @@ from gpu_busy import GpuBusy
 from official_style import official_style_fps
 
 from gpen_video.api import restore_video
-from gpen_video.video.colour import frame_planes, planes_to_frame
+from gpen_video.video.colour import frame_planes
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
 from gpen_video.video.encode import EncoderSettings, VideoWriter
 
@@ -92,7 +92,7 @@ def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool 
     frames = 0
     while (item := items.get()) is not None:
         if isinstance(item, SourceFrame):
-            writer.write(item, planes_to_frame(frame_planes(item.frame), item.frame) if planes else None)
+            writer.write(item, frame_planes(item.frame) if planes else None)
             frames += 1
         else:
             writer.write_packet(item)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-import av
 import numpy as np
 import torch
 
@@ -28,7 +27,7 @@ from .faces.detect import Face, FaceDetector
 from .faces.track import scene_thumbnails
 from .model import build_inference_model
 from .model.graphs import GraphedModel
-from .video.colour import frame_planes, planes_to_frame
+from .video.colour import frame_planes
 from .video.decode import SourceFrame
 
 log = logging.getLogger(__name__)
@@ -50,11 +49,9 @@ class DeviceSettings:
 
 @dataclass
 class Restored:
-    """A frame after restoration, ready for the encoder: its merged YUV planes (the decoded samples
-    wherever no face reached) in a frame of its own. The worker copies them in, not the encoder
-    thread, which sets the pace of a video with few faces."""
+    """A frame after restoration: its new YUV planes (the decoded samples wherever no face reached)."""
 
-    frame: av.VideoFrame
+    planes: list[np.ndarray]
     faces: int
 
 
@@ -224,8 +221,7 @@ class DeviceWorker:
             results = []
             for run, host in zip(runs, downloads):
                 merged = [h.numpy() for h in host]
-                results += [Restored(planes_to_frame([p[i] for p in merged], source.frame), len(fs))
-                            for i, (source, fs) in enumerate(zip(frames[run], faces[run]))]
+                results += [Restored([p[i] for p in merged], len(fs)) for i, fs in enumerate(faces[run])]
             return results
 
         return Pending(finish, self.device)

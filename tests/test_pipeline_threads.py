@@ -65,10 +65,9 @@ def test_frames_kept_on_the_device_since_detection_restore_as_a_fresh_upload_doe
     a, b = worker.restore(kept, faces), worker.restore(fresh, faces)
     assert all(f.device_planes is None for f in kept)  # let go once restored
     assert [r.faces for r in a] == [1, 1, 1]
-    planes_a, planes_b = [frame_planes(r.frame) for r in a], [frame_planes(r.frame) for r in b]
-    assert all(np.array_equal(x, y) for pa, pb in zip(planes_a, planes_b) for x, y in zip(pa, pb))
-    assert not any(all(np.array_equal(x, y) for x, y in zip(pa, frame_planes(f.frame)))
-                   for pa, f in zip(planes_a, kept))  # every frame's face changed
+    assert all(np.array_equal(x, y) for ra, rb in zip(a, b) for x, y in zip(ra.planes, rb.planes))
+    assert not any(all(np.array_equal(x, y) for x, y in zip(r.planes, frame_planes(f.frame)))
+                   for r, f in zip(a, kept))  # every frame's face changed
 
 
 def test_restoration_batches_are_cut_where_the_last_gpen_batch_is_fullest():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpen_video.video.colour import frame_planes, planes_to_frame
+from gpen_video.video.colour import frame_planes
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe, read_frames
 from gpen_video.video.encode import EncoderSettings, OutputError, VideoWriter
 
@@ -43,7 +43,7 @@ def rewrite(src: Path, dst: Path, settings: EncoderSettings, touch_everything: b
                 samples = [torch.from_numpy(p.copy())[None] for p in frame_planes(item.frame)]
                 rgb = item.layout.to_rgb(samples)
                 planes = [p[0].numpy() for p in item.layout.to_planes(rgb, samples[0].dtype)]
-            writer.write(item, planes and planes_to_frame(planes, item.frame))
+            writer.write(item, planes)
         else:
             writer.write_packet(item)
     writer.close()

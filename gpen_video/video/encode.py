@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import av
+import numpy as np
 
+from .colour import planes_to_frame
 from .decode import SourceFrame, VideoInfo
 
 log = logging.getLogger(__name__)
@@ -290,11 +292,10 @@ class VideoWriter:
                 self._mux_pending(float(packet.dts * packet.time_base))
             self.container.mux(packet)
 
-    def encoder_frame(self, source: SourceFrame, replacement: av.VideoFrame | None = None) -> av.VideoFrame:
-        """The frame to encode at ``source``'s time: ``source`` as decoded, or ``replacement`` (its
-        restored samples, same format and size)."""
+    def encoder_frame(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> av.VideoFrame:
+        """The frame to encode: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
         decoded = source.frame
-        frame = decoded if replacement is None else replacement
+        frame = decoded if planes is None else planes_to_frame(planes, decoded)
         if frame.format.name != self.video.codec_context.pix_fmt:
             frame = frame.reformat(format=self.video.codec_context.pix_fmt)
         frame.pts = decoded.pts
@@ -302,9 +303,9 @@ class VideoWriter:
         frame.pict_type = av.video.frame.PictureType.NONE
         return frame
 
-    def write(self, source: SourceFrame, replacement: av.VideoFrame | None = None) -> None:
-        """Encode one frame: ``source`` as decoded, or ``replacement`` at its time (same format and size)."""
-        frame = self.encoder_frame(source, replacement)
+    def write(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> None:
+        """Encode one frame: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
+        frame = self.encoder_frame(source, planes)
         try:
             self._mux_video(self.video.encode(frame))
         except av.FFmpegError as exc:
