@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gpen_video.compose import Compositor, face_mask
-from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
+from gpen_video.faces.align import invert_affine, reference_points, sampling_grid, similarity_transforms, warp_faces
 
 from .conftest import read_rgb
 
@@ -63,11 +63,55 @@ def test_identity_restoration_round_trips_within_two_grey_levels(detector):
     assert len(faces) == 2 and all(f.size >= 100 for f in faces)  # no small-face blur in the way
     out, _, crop_to_frame, comp = _paste_identity(rgb, faces, 512)
     inside = np.zeros(rgb.shape[:2], bool)
-    for m in crop_to_frame:
-        x0, y0, x1, y1 = comp._footprint(m, *rgb.shape[:2])
+    for x0, y0, x1, y1 in comp._footprints(crop_to_frame, *rgb.shape[:2]):
         inside[y0 + 40 : y1 - 40, x0 + 40 : x1 - 40] = True
     diff = np.abs(out.astype(int) - rgb.astype(int))[inside]
     assert diff.mean() < 2.0
+
+
+def _paste_one_face_at_a_time(frames, faces, masks, crop_to_frame, owner, comp):
+    """The composite by its definition, face after face over whole frames: a face's pixel replaces
+    what is there where its mask is larger than any before it; then blend and round."""
+    n, _, height, width = frames.shape
+    size = comp.crop_size
+    face_layer, mask_layer = torch.zeros_like(frames), torch.zeros_like(frames[:, :1])
+    for k, m in enumerate(crop_to_frame):
+        grid = sampling_grid(invert_affine(m[None]), height, width, size, size)
+        warped = torch.nn.functional.grid_sample(torch.cat([faces[k : k + 1], masks[k : k + 1]], 1), grid,
+                                                 mode="bicubic", padding_mode="zeros", align_corners=False)
+        rgb, mask = warped[:, :3].clamp(0, 255), warped[:, 3:].clamp(0, 1)
+        f = owner[k]
+        wins = mask[0] > mask_layer[f]
+        mask_layer[f] = torch.where(wins, mask[0], mask_layer[f])
+        face_layer[f] = torch.where(wins, rgb[0], face_layer[f])
+    blended = (frames * (1 - mask_layer) + face_layer * mask_layer).round().clamp(0, 255)
+    return torch.where(mask_layer > 0, blended, frames)
+
+
+def test_overlapping_faces_composite_as_if_pasted_one_at_a_time(detector):
+    """Crowded faces overlap; where they do the larger mask wins and on a tie the earlier face,
+    exactly as pasting them one after another over whole frames would give."""
+    rgb = read_rgb("whole_Solvay_conference_1927.png")
+    faces = detector.detect(rgb[None])[0]
+    frames = torch.from_numpy(np.stack([rgb, rgb[::-1].copy()])).permute(0, 3, 1, 2).float()
+    owner = np.array([0] * len(faces) + [1] * len(faces))
+    points = np.stack([f.landmarks for f in faces])
+    flipped = points.copy()
+    flipped[..., 1] = rgb.shape[0] - 1 - flipped[..., 1]
+    transforms = similarity_transforms(np.concatenate([points, flipped]), reference_points(256))
+    crops = warp_faces(frames, owner, transforms, 256)
+    restored = 255 - crops
+    comp = Compositor(256)
+    crop_to_frame = invert_affine(transforms)
+    regions = comp._footprints(crop_to_frame, *rgb.shape[:2])
+    overlaps = sum(max(0, min(a[2], b[2]) - max(a[0], b[0])) * max(0, min(a[3], b[3]) - max(a[1], b[1])) > 0
+                   for i, a in enumerate(regions[: len(faces)]) for b in regions[i + 1 : len(faces)])
+    assert len(faces) > 20 and overlaps > 5  # a real test of the overlap rule
+    image, reached = comp.paste_batch(frames, restored, crops, crop_to_frame, np.full(len(owner), 200.0), owner)
+    masks = comp.mask[None].expand(len(owner), -1, -1, -1)
+    expected = _paste_one_face_at_a_time(frames, restored, masks, crop_to_frame, owner, comp)
+    assert torch.equal(image, expected)
+    assert torch.equal(reached, (image != frames).any(1) | reached)  # every change lies in the reached mask
 
 
 def test_strength_zero_pastes_the_original_crop(detector):

@@ -73,7 +73,7 @@ def _assert_only_face_regions_changed(src: Path, dst: Path, tracks: list[dict], 
         allowed = np.zeros(changed.shape, bool)
         for face in record["faces"]:
             m = similarity_transforms(np.array(face["landmarks"])[None], reference_points(crop_size))
-            x0, y0, x1, y1 = comp._footprint(invert_affine(m)[0], *changed.shape)
+            x0, y0, x1, y1 = comp._footprints(invert_affine(m), *changed.shape)[0]
             allowed[max(y0 - 2, 0) : y1 + 2, max(x0 - 2, 0) : x1 + 2] = True  # chroma blocks reach 1 px further
         assert not np.any(changed & ~allowed), f"frame {record['index']} changed outside its faces"
         assert changed.any() == bool(record["faces"]), f"frame {record['index']}"
