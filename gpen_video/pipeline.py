@@ -30,7 +30,7 @@ import torch
 from .faces.detect import box_size
 from .faces.track import FaceTracker, TrackedFrame
 from .faces.tracks_file import TracksWriter
-from .restore import DeviceWorker, Pending, Restored
+from .restore import DeviceWorker, Pending, Restored, stage_planes
 from .video.decode import SourceFrame, demux
 from .video.encode import VideoWriter
 from .video.segments import SegmentedWriter
@@ -162,6 +162,8 @@ class Pipeline:
         self.start_frame = start_frame
         self.first_tracked = max(0, start_frame - tracker.context)
         self.frames_decoded = 0
+        # GPU workers upload from pinned buffers; the decode thread fills them, off the workers' thread.
+        self.stage_for_gpu = any(w.device.type == "cuda" for w in workers)
         # Stage threads still running, counted by the stages themselves: an interrupted
         # Thread.join() can report a thread as finished while it still runs.
         self.active = 0
@@ -221,6 +223,10 @@ class Pipeline:
             if item.index < self.first_tracked:
                 continue
             self._acquire_slot()
+            if self.stage_for_gpu:
+                t0 = time.perf_counter()
+                item.staged = stage_planes(item.frame, pinned=True)
+                self.clock.add("decode", time.perf_counter() - t0)
             batch.append(item)
             if len(batch) == self.batch:
                 self.tasks.put_detect(batch)

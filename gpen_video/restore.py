@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+import av
 import numpy as np
 import torch
 
@@ -79,6 +80,29 @@ FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shor
 _TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
 
 
+def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:
+    """The frame's three planes packed one after another into one host buffer (pinned, for a GPU),
+    from which a single asynchronous copy uploads the frame. The pipeline's decode thread stages
+    each frame as it decodes it, so this copy is off the GPU worker's thread."""
+    planes = frame_planes(frame)
+    staged = torch.empty(sum(p.size for p in planes), dtype=_TORCH_DTYPE[planes[0].dtype], pin_memory=pinned)
+    offset = 0
+    for plane in planes:
+        np.copyto(staged.numpy()[offset : offset + plane.size].reshape(plane.shape), plane)
+        offset += plane.size
+    return staged
+
+
+def _unstage(batch: torch.Tensor, frame: av.VideoFrame) -> list[torch.Tensor]:
+    """(N, h, w) views of each plane in a batch of :func:`stage_planes` buffers, (N, total)."""
+    views, offset = [], 0
+    for plane in frame.planes:
+        size = plane.height * plane.width
+        views.append(batch[:, offset : offset + size].view(len(batch), plane.height, plane.width))
+        offset += size
+    return views
+
+
 def _runs(frames: Sequence[SourceFrame]) -> list[slice]:
     """Consecutive frames that share size, format and layout, so they convert as one batch."""
     def key(f: SourceFrame) -> tuple:
@@ -124,17 +148,19 @@ class DeviceWorker:
         return torch.cuda.stream(self.detect_stream) if self.detect_stream is not None else contextlib.nullcontext()
 
     def _upload(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
-        """The frames' planes on the device, (N, h, w) per plane; through a pinned buffer on a GPU,
-        so the copy runs asynchronously and needs one host-side copy."""
-        host = [frame_planes(f.frame) for f in frames]
+        """The frames' planes on the device, (N, h, w) per plane: from the buffers the decoder
+        staged (staged here if it did not), one asynchronous copy per frame on a GPU."""
         pinned = self.device.type == "cuda"
-        out = []
-        for k in range(3):
-            first = host[0][k]
-            staging = torch.empty((len(frames), *first.shape), dtype=_TORCH_DTYPE[first.dtype], pin_memory=pinned)
-            np.stack([planes[k] for planes in host], out=staging.numpy())
-            out.append(staging.to(self.device, non_blocking=True))
-        return out
+        staged = [f.staged if f.staged is not None else stage_planes(f.frame, pinned) for f in frames]
+        for frame in frames:
+            frame.staged = None
+        if pinned:
+            batch = torch.empty((len(staged), len(staged[0])), dtype=staged[0].dtype, device=self.device)
+            for row, buffer in zip(batch, staged):
+                row.copy_(buffer, non_blocking=True)
+        else:
+            batch = torch.stack(staged)
+        return _unstage(batch, frames[0].frame)
 
     def _resident(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
         """The frames' planes on this device, (N, h, w) per plane: those kept since detection when

@@ -70,6 +70,24 @@ def test_frames_kept_on_the_device_since_detection_restore_as_a_fresh_upload_doe
                    for r, f in zip(a, kept))  # every frame's face changed
 
 
+@pytest.mark.parametrize("pix_fmt", ["yuv420p", "yuv422p10le", "yuv444p"])
+def test_staged_planes_unpack_to_the_decoded_planes(pix_fmt):
+    """The decoder packs a frame's planes into one buffer for the upload; unpacked they are the
+    decoded samples, whatever the subsampling and depth (odd sizes pad FFmpeg's lines)."""
+    rng = np.random.default_rng(0)
+    frames = []
+    for _ in range(2):
+        frame = av.VideoFrame(37, 22, pix_fmt)
+        for plane in frame.planes:
+            plane.update(rng.integers(0, 256, plane.buffer_size, dtype=np.uint8).tobytes())
+        frames.append(frame)
+    batch = torch.stack([restore_module.stage_planes(f, pinned=False) for f in frames])
+    for i, frame in enumerate(frames):
+        unpacked = [p[i].numpy() for p in restore_module._unstage(batch, frame)]
+        assert [u.shape for u in unpacked] == [p.shape for p in frame_planes(frame)]
+        assert all(np.array_equal(u, p) for u, p in zip(unpacked, frame_planes(frame)))
+
+
 def test_restoration_batches_are_cut_where_the_last_gpen_batch_is_fullest():
     assert _restore_cut([1] * 16, 16) == 16  # one face a frame: 16 faces fill one GPEN batch
     crowd = [5, 6, 5, 5, 4, 6, 5, 5, 6, 5, 5, 5, 2, 5, 5, 5]  # all 16 frames: 79 faces, 1 place left empty

@@ -31,6 +31,9 @@ class SourceFrame:
     #: "" for a clean frame; "corrupt" if the decoder concealed errors in it; "repeated" if its
     #: packet could not be decoded and the previous frame stands in, at this frame's time.
     damage: str = ""
+    #: Its planes packed into one pinned host buffer by the decode thread, ready for a GPU
+    #: worker's asynchronous upload (restore.stage_planes); None once uploaded.
+    staged: torch.Tensor | None = None
     #: Its planes on the device that detected it, kept there until restoration so that a frame
     #: crosses to the device once; None once restored or when it has no face to restore.
     device_planes: list[torch.Tensor] | None = None
