@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from gpu_busy import GpuBusy
 from official_style import official_style_fps
+from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
 from gpen_video.video.colour import frame_planes
@@ -138,12 +139,15 @@ def _busy(summary) -> dict[str, float]:
 
 
 def _restore(rows: _Rows, name: str, clip: Path, output: Path, sampled: list[int], **options):
-    """One timed run; records each stage's busy share, and that of each GPU in ``sampled`` (NVML),
-    under ``name``."""
-    with GpuBusy(sampled) as gpu:
+    """One timed run; records under ``name`` each stage's busy share (wall time inside its work),
+    each thread group's CPU share (a stage thread whose CPU share is near its busy share is bound
+    by its own host work, not by waits), and each GPU's busy share in ``sampled`` (NVML)."""
+    with GpuBusy(sampled) as gpu, ThreadCPU(interval=0.05) as cpu:
         summary = restore_video(clip, output, **options)
         end = time.perf_counter()
     rows[f"{name}_busy"] = _busy(summary)
+    # The stage threads live only while the pipeline runs; other groups include the set-up.
+    rows[f"{name}_thread_cpu"] = {k: round(v / summary.seconds, 3) for k, v in cpu.by_group().items()}
     rows[f"{name}_gpu_busy"] = gpu.shares(since=end - summary.seconds)  # the pipeline's run, not the set-up
     return summary
 
