@@ -33,15 +33,18 @@ class ThreadCPU:
         self.interval = interval
         self.start: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
+        # Every Python thread seen, by OS thread id: a Python thread leaves threading.enumerate()
+        # just before its OS thread ends, and a sample in between must still know its name.
+        self.python_names: dict[int, str] = {}
         self.done = threading.Event()
 
     def _sample(self) -> None:
-        python_names = {t.native_id: t.name for t in threading.enumerate()}
+        self.python_names.update((t.native_id, t.name) for t in threading.enumerate())
         for task in Path("/proc/self/task").iterdir():
             reading = _read(task)
             if reading is not None:
                 tid = int(task.name)
-                name = python_names.get(tid) or re.sub(r"\d+$", "#", reading[0])
+                name = self.python_names.get(tid) or re.sub(r"\d+$", "#", reading[0])
                 self.last[tid] = (name, reading[1])
 
     def _run(self) -> None:
