@@ -80,5 +80,6 @@ def main() -> None:
             print(f"| {name} | {version} | {m['fps']:.1f} | {m['faces_per_s']:.1f} | "
                   f"{m['fps'] / mean[first]['fps']:.2f} |")
 
+
 if __name__ == "__main__":
     main()

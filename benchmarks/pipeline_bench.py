@@ -214,7 +214,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--precision", default=None)
     ap.add_argument("--smoke", action="store_true", help="CPU, two seconds of small video")
-    ap.add_argument("--memory-only", action="store_true", help="only the whole short and long runs: peak memory, and the long clip's ratio")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="only the whole short and long runs: peak memory, and the long clip's ratio")
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args()
 
@@ -251,7 +252,7 @@ def main() -> None:
             rows["run_rss_mib_short"], rows["run_rss_mib_long"] = short["peak_rss_mib"], long["peak_rss_mib"]
             rows["run_rss_growth"] = rows["run_rss_mib_long"] / rows["run_rss_mib_short"] - 1
             # The one-face ratio again on the long clip, where the pipeline's fixed start-up and
-            # drain (filling ~150 frames in flight) weigh less than on the short one.
+            # drain (filling ~120 frames in flight) weigh less than on the short one.
             rows["run_fps_long"] = long["fps"]
             rows["long_transcode_fps"] = transcode_fps(longer, tmp_path / "lt.mp4", settings)
             rows["long_ratio"] = rows["run_fps_long"] / rows["long_transcode_fps"]
