@@ -97,7 +97,9 @@ class Compositor:
             h, w = int((boxes[:, 3] - boxes[:, 1]).max()), int((boxes[:, 2] - boxes[:, 0]).max())
             grid = sampling_grid(frame_to_crop[chunk], h, w, self.crop_size, self.crop_size, origin=boxes[:, :2],
                                  device=device)
-            warped = F.grid_sample(prepared[chunk], grid, mode="bicubic", padding_mode="zeros", align_corners=False)
+            # A NumPy index would go up in a blocking copy, and the host would wait here for GPEN to finish.
+            faces = prepared[to_device(chunk, device)]
+            warped = F.grid_sample(faces, grid, mode="bicubic", padding_mode="zeros", align_corners=False)
             rgb, mask = warped[:, :3].clamp(0, 255), warped[:, 3].clamp(0, 1)
             index, inside = self._pixel_index(boxes, owner[chunk], h, w, height, width, device)
             index = torch.where(inside, index, len(best) - 1)

@@ -70,6 +70,27 @@ def test_frames_kept_on_the_device_since_detection_restore_as_a_fresh_upload_doe
                    for r, f in zip(a, kept))  # every frame's face changed
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_queuing_a_restoration_never_waits_for_the_gpu(small_gpen):
+    """Restorations are queued while earlier work runs; a host wait inside would leave the GPU
+    idle while the host prepares the next batch. Seven faces per frame (some small, for the
+    small-face blur) make the paste-back run several chunks."""
+    state_dict, _ = load_gpen_weights(weights=small_gpen)
+    worker = DeviceWorker(state_dict, DeviceSettings(device="cuda", detector="retinaface-mobile",
+                                                     detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+    frames = list(read_frames(SAMPLE, limit=3))
+    found, _ = worker.detect(frames)
+    faces = [[(face.landmarks + shift, size) for face in fs for shift, size in zip(range(0, 70, 10), [50, 300] * 4)]
+             for fs in found]
+    torch.cuda.set_sync_debug_mode("error")  # any host wait for the device raises
+    try:
+        pending = worker.queue_restore(frames, faces)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert [r.faces for r in pending.result()] == [7, 7, 7]
+
+
 @pytest.mark.parametrize("pix_fmt", ["yuv420p", "yuv422p10le", "yuv444p"])
 def test_staged_planes_unpack_to_the_decoded_planes(pix_fmt):
     """The decoder packs a frame's planes into one buffer for the upload; unpacked they are the
