@@ -54,6 +54,19 @@ def test_pipeline_bench_smoke(tmp_path, golden):
     assert threads["worker-cpu"] > 0.1 and all(0 <= v < os.cpu_count() for v in threads.values()), threads
 
 
+def test_trace_pipeline_smoke(tmp_path, golden):
+    """Every labelled step is caught on the worker thread, where the profiler must see it."""
+    from .conftest import shared_file
+
+    crowd = shared_file("media/videos/multi_face_crowd_facenet_pytorch.mp4")
+    numbers = _smoke("trace_pipeline.py", tmp_path, golden, str(crowd))
+    steps = numbers["worker_ms_per_frame"]
+    assert {"detect/detector", "detect/thumbnails", "restore/warp", "restore/gpen", "restore/paste",
+            "collect/wait"} <= set(steps), steps
+    assert numbers["frames"] == 25 and numbers["faces"] >= 3 * 25
+    assert "gpu_busy" not in numbers  # no GPU here: no GPU rows
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_busy_share_tells_a_busy_gpu_from_an_idle_one():
     spec = importlib.util.spec_from_file_location("gpu_busy", ROOT / "benchmarks" / "gpu_busy.py")
