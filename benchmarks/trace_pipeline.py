@@ -4,6 +4,8 @@ Builds a 1080p clip from a real sample (scaled and looped), runs the tool on it 
 and warm up, then again under the profiler with the device worker's steps labelled. Prints:
 
 - GPU time per step (the worker step that launched each kernel or copy), per frame and per face;
+  "(unlabelled)" holds what the trace does not tie to a launch: pageable host-to-device copies,
+  and some kernels of GPEN's replayed CUDA graph;
 - the worker thread's wall time per step;
 - the GPU's idle share of the run, and what the worker thread was doing while the GPU was idle
   (a GPU left idle while the worker launches is waiting for our host code).
