@@ -36,6 +36,8 @@ from .video.encode import VideoWriter
 from .video.segments import SegmentedWriter
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
+#: Restoration batches a worker keeps queued on its device before it collects the oldest.
+QUEUED_RESTORATIONS = 2
 
 
 class Stopped(Exception):
@@ -152,9 +154,11 @@ class Pipeline:
         self.tasks = _Tasks(self.stop)
         self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
-        # Per worker: two restoration batches queued and one being detected; then the tracker's
-        # look-ahead and the batch the decoder is filling.
-        in_flight = 3 * batch_frames * (len(workers) + 1) + tracker.lookahead + batch_frames
+        # Per worker: its queued restoration batches and one being detected, and as much again
+        # for the batches between the stages; then the tracker's look-ahead and the batch the
+        # decoder is filling.
+        per_worker = (QUEUED_RESTORATIONS + 1) * batch_frames
+        in_flight = per_worker * (len(workers) + 1) + tracker.lookahead + batch_frames
         self.slots = threading.Semaphore(in_flight)
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
@@ -263,7 +267,7 @@ class Pipeline:
                 queued.append((frames, worker.queue_restore(
                     frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces] for _, tracked in pairs])))
                 self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
-                if len(queued) > 1:
+                if len(queued) >= QUEUED_RESTORATIONS:
                     self._collect(worker, *queued.popleft())
 
     def _collect(self, worker: DeviceWorker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
