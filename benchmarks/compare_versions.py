@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("--detector-weights", required=True)
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each 1080p clip")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--clips", nargs="+", choices=list(CLIPS), default=list(CLIPS), help="which clips to run")
     ap.add_argument("--smoke", action="store_true", help="CPU, a second of small video")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
@@ -57,7 +58,8 @@ def main() -> None:
     device = {"device": "cpu"} if args.smoke else {"gpus": [0]}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (sample, preset) in CLIPS.items():
+        for name in args.clips:
+            sample, preset = CLIPS[name]
             clip = build_clip(SHARED / sample, Path(tmp) / f"{name}.mp4", 1.0 if args.smoke else args.seconds,
                               None if args.smoke else (1920, 1080))
             options = {**device, "weights": str(Path(args.weights).resolve()), "detector": "retinaface-mobile",
@@ -73,7 +75,7 @@ def main() -> None:
                         Path(args.json).write_text(json.dumps(rows, indent=1))
     first = next(iter(versions))
     print(f"\n| clip | version | fps | faces/s | vs {first} |\n|---|---|---|---|---|")
-    for name in CLIPS:
+    for name in args.clips:
         mean = {v: {k: sum(r[k] for r in rows if r["clip"] == name and r["version"] == v) / args.repeats
                     for k in ("fps", "faces_per_s")} for v in versions}
         for version, m in mean.items():

@@ -144,7 +144,7 @@ def _restore(rows: _Rows, name: str, clip: Path, output: Path, sampled: list[int
     """One timed run; records under ``name`` each stage's busy share (wall time inside its work),
     each thread group's CPU share (a stage thread whose CPU share is near its busy share is bound
     by its own host work, not by waits), and each GPU's busy share in ``sampled`` (NVML)."""
-    with GpuBusy(sampled) as gpu, ThreadCPU(interval=0.05) as cpu:
+    with GpuBusy(sampled) as gpu, ThreadCPU() as cpu:
         summary = restore_video(clip, output, **options)
         end = time.perf_counter()
     rows[f"{name}_busy"] = _busy(summary)
