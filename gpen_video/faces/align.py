@@ -65,8 +65,10 @@ def sampling_grid(transforms: np.ndarray, out_h: int, out_w: int, src_h: int, sr
     ys = torch.arange(out_h, dtype=torch.float64, device=device)
     xs = torch.arange(out_w, dtype=torch.float64, device=device)
     gy, gx = torch.meshgrid(ys, xs, indexing="ij")
-    pixels = torch.stack([gx, gy], -1)[None] + offsets[:, None, None, :]  # (N, h, w, 2)
-    src = torch.einsum("nij,nhwj->nhwi", m[:, :, :2], pixels) + m[:, None, None, :, 2]
+    x = gx[None, :, :, None] + offsets[:, None, None, None, 0]  # (N, h, w, 1)
+    y = gy[None, :, :, None] + offsets[:, None, None, None, 1]
+    # Multiply-adds, not einsum: that one runs as a float64 matrix product with an inner size of 2.
+    src = x * m[:, None, None, :, 0] + y * m[:, None, None, :, 1] + m[:, None, None, :, 2]  # (N, h, w, 2)
     scale = to_device([2.0 / src_w, 2.0 / src_h], device, torch.float64)
     return ((src + 0.5) * scale - 1.0).float()
 
