@@ -63,9 +63,11 @@ def face_scale(face: Face) -> float:
 
 def scene_thumbnails(rgb: torch.Tensor) -> np.ndarray:
     """Frames (N, 3, H, W) RGB in [0, 255] on any device as (N, THUMBNAIL_SIDE, THUMBNAIL_SIDE)
-    grayscale area averages: computed where the frames already are, a few numbers come back."""
-    gray = torch.einsum("nchw,c->nhw", rgb.float(), to_device(_GRAY, rgb.device))[:, None]
-    return F.adaptive_avg_pool2d(gray, THUMBNAIL_SIDE)[:, 0].cpu().numpy()
+    grayscale area averages: computed where the frames already are, a few numbers come back.
+    Averaged first, then weighted (both are linear): the weighting then touches 32x32 pixels, not
+    whole frames."""
+    means = F.adaptive_avg_pool2d(rgb.float(), THUMBNAIL_SIDE)
+    return torch.einsum("nchw,c->nhw", means, to_device(_GRAY, rgb.device)).cpu().numpy()
 
 
 def scene_thumbnail(image: np.ndarray) -> np.ndarray:
