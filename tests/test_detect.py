@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import cv2
 import numpy as np
 import pytest
@@ -43,6 +45,22 @@ def test_batched_detection_equals_single_images(detector):
         assert len(alone) == len(faces)
         for f, g in zip(alone, faces):
             np.testing.assert_allclose(f.landmarks, g.landmarks, atol=1e-3)
+
+
+def test_folded_batch_norms_leave_the_networks_outputs(detector):
+    from facexlib.detection.retinaface import RetinaFace
+
+    state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unfolded = RetinaFace(network_name="mobile0.25", device=torch.device("cpu"))
+    unfolded.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+    image = torch.from_numpy(read_rgb("whole_two_people.jpg")).permute(2, 0, 1)[None].float() - 117
+    with torch.no_grad():
+        expected, got = unfolded.eval()(image), detector.net(image)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in detector.net.modules())
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
 
 
 def test_large_frames_are_detected_downscaled_and_mapped_back(detector):
