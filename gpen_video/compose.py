@@ -85,6 +85,10 @@ class Compositor:
         todo = np.flatnonzero((regions[:, 0] < regions[:, 2]) & (regions[:, 1] < regions[:, 3]))
         if not len(todo):
             return frames, torch.zeros_like(frames[:, 0], dtype=torch.bool)
+        # Chunks of faces of like size: a chunk's regions are padded to its largest face's. The
+        # order of faces across chunks does not change the result (the key ranks faces by index).
+        areas = (regions[:, 2] - regions[:, 0]) * (regions[:, 3] - regions[:, 1])
+        todo = todo[np.argsort(areas[todo], kind="stable")]
         prepared = self._prepare(restored, original, np.asarray(sizes))
         frame_to_crop = invert_affine(crop_to_frame)
         # Per pixel of the frames, the best key so far; one slot past the end takes every write
