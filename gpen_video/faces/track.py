@@ -15,14 +15,13 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 
-from ..transfer import to_device
 from .detect import Face
 from .smooth import gaussian_weights, local_linear, window_radius
 
 #: Side of the grayscale thumbnail compared for scene cuts: small enough that camera motion and
 #: compression noise mostly average out, large enough that two different shots rarely match.
 THUMBNAIL_SIDE = 32
-_GRAY = torch.tensor([0.299, 0.587, 0.114])  # the luma weights of OpenCV's RGB2GRAY
+_GRAY = np.array([0.299, 0.587, 0.114], dtype=np.float32)  # the luma weights of OpenCV's RGB2GRAY
 
 
 @dataclass
@@ -63,11 +62,11 @@ def face_scale(face: Face) -> float:
 
 def scene_thumbnails(rgb: torch.Tensor) -> np.ndarray:
     """Frames (N, 3, H, W) RGB in [0, 255] on any device as (N, THUMBNAIL_SIDE, THUMBNAIL_SIDE)
-    grayscale area averages: computed where the frames already are, a few numbers come back.
-    Averaged first, then weighted (both are linear): the weighting then touches 32x32 pixels, not
-    whole frames."""
-    means = F.adaptive_avg_pool2d(rgb.float(), THUMBNAIL_SIDE)
-    return torch.einsum("nchw,c->nhw", means, to_device(_GRAY, rgb.device)).cpu().numpy()
+    grayscale area averages: averaged where the frames already are, so a few numbers come back.
+    Averaged first, then weighted (both are linear): the weighting, on the host, touches 32x32
+    values per channel, not whole frames."""
+    means = F.adaptive_avg_pool2d(rgb.float(), THUMBNAIL_SIDE).cpu().numpy()
+    return np.einsum("nchw,c->nhw", means, _GRAY).astype(np.float32)
 
 
 def scene_thumbnail(image: np.ndarray) -> np.ndarray:
