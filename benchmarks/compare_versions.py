@@ -1,7 +1,8 @@
 """Versions of the tool on the same clips, side by side in one run: every run a fresh process,
 the versions taking turns, so a change's effect on speed is measured on one machine rather than
 across leases. Each older version is a folder holding its ``gpen_video`` package, named after
-the folder; this checkout is "new".
+the folder; this checkout is "new". ``--also NAME=JSON`` adds this checkout run with more
+options of ``restore_video`` (e.g. ``two-workers='{"workers_per_device": 2}'``).
 
     git archive REV gpen_video | tar -x -C /tmp/REV      # each version to compare against
     python benchmarks/compare_versions.py --old /tmp/REV [/tmp/REV2 ...] --weights G.pth --detector-weights R.pth
@@ -42,7 +43,9 @@ def run(root: Path, clip: Path, output: Path, options: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--old", required=True, nargs="+", help="folders each holding another version's gpen_video")
+    ap.add_argument("--old", nargs="+", default=[], help="folders each holding another version's gpen_video")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=JSON",
+                    help="this checkout again, with these restore_video options (repeatable)")
     ap.add_argument("--weights", required=True)
     ap.add_argument("--detector-weights", required=True)
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each 1080p clip")
@@ -51,10 +54,15 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, a second of small video")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
-    versions = {Path(old).absolute().name: Path(old).resolve() for old in args.old}
-    if len(versions) < len(args.old) or "new" in versions:
-        ap.error("each --old folder needs a name of its own, other than 'new'")
-    versions["new"] = NEW
+    versions = {Path(old).absolute().name: (Path(old).resolve(), {}) for old in args.old}
+    for also in args.also:
+        name, _, extra = also.partition("=")
+        versions[name] = (NEW, json.loads(extra))
+    if len(versions) < len(args.old) + len(args.also) or "new" in versions:
+        ap.error("each --old folder and --also variant needs a name of its own, other than 'new'")
+    if not versions:
+        ap.error("nothing to compare with: give --old or --also")
+    versions["new"] = (NEW, {})
     device = {"device": "cpu"} if args.smoke else {"gpus": [0]}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,7 +76,8 @@ def main() -> None:
             for repeat in range(args.repeats):
                 order = list(versions) if repeat % 2 == 0 else list(versions)[::-1]
                 for version in order:
-                    result = run(versions[version], clip, Path(tmp) / "out.mp4", options)
+                    root, extra = versions[version]
+                    result = run(root, clip, Path(tmp) / "out.mp4", {**options, **extra})
                     rows.append({"clip": name, "version": version, "repeat": repeat, **result})
                     print(json.dumps(rows[-1]), flush=True)
                     if args.json:

@@ -98,8 +98,9 @@ def test_encoder_contention_smoke(tmp_path, golden):
 def test_compare_versions_smoke(tmp_path, golden):
     old = tmp_path / "old"
     old.symlink_to(ROOT)  # the version is named after the folder
-    rows = _smoke("compare_versions.py", tmp_path, golden, "--old", str(old))
-    assert sorted((r["clip"], r["version"]) for r in rows) == [("crowd", "new"), ("crowd", "old"),
-                                                               ("one-face", "new"), ("one-face", "old")]
+    rows = _smoke("compare_versions.py", tmp_path, golden, "--old", str(old), "--also", 'batch4={"batch_size": 4}')
+    assert sorted((r["clip"], r["version"]) for r in rows) == [
+        ("crowd", "batch4"), ("crowd", "new"), ("crowd", "old"),
+        ("one-face", "batch4"), ("one-face", "new"), ("one-face", "old")]
     assert all(r["fps"] > 0 for r in rows)
     assert all(r["faces_per_s"] > 2 * r["fps"] for r in rows if r["clip"] == "crowd")  # the crowd's faces were found
