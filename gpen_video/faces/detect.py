@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,7 @@ def fold_batch_norms(net: nn.Module) -> nn.Module:
     activations."""
     for block in [m for m in net.modules() if isinstance(m, nn.Sequential)]:
         children = list(block.named_children())
-        for (conv_name, conv), (norm_name, norm) in zip(children, children[1:]):
+        for (conv_name, conv), (norm_name, norm) in itertools.pairwise(children):
             if isinstance(conv, nn.Conv2d) and isinstance(norm, nn.BatchNorm2d):
                 setattr(block, conv_name, fuse_conv_bn_eval(conv, norm))
                 setattr(block, norm_name, nn.Identity())
