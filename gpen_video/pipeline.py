@@ -168,9 +168,12 @@ class Pipeline:
         self.frames_decoded = 0
         # GPU workers upload from pinned buffers; the decode thread fills them, off the workers' thread.
         self.stage_for_gpu = any(w.device.type == "cuda" for w in workers)
-        # Stage threads still running, counted by the stages themselves: an interrupted
-        # Thread.join() can report a thread as finished while it still runs.
+        # Stage threads running, counted by the stages themselves: an interrupted Thread.join()
+        # can report a thread as finished while it still runs, and a Ctrl-C inside Thread.start()
+        # leaves unknown whether the thread exists. Once shutting down, a stage that only then
+        # begins does nothing, so the count is exact when the shut-down reads it.
         self.active = 0
+        self.shutting_down = False
         self.running = threading.Condition()
 
     # ---- helpers --------------------------------------------------------------------------------
@@ -191,6 +194,10 @@ class Pipeline:
 
     def _guard(self, stage: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
+            with self.running:
+                if self.shutting_down:
+                    return
+                self.active += 1
             try:
                 stage()
             except Stopped:
@@ -376,8 +383,6 @@ class Pipeline:
                     for w in self.workers]
         try:
             for t in threads:
-                with self.running:
-                    self.active += 1
                 t.start()
             threads[2].join()  # the encoder finishes last when all goes well
             if not self.errors:
@@ -405,6 +410,7 @@ class Pipeline:
         while True:
             try:
                 with self.running:
+                    self.shutting_down = True
                     while self.active:
                         self.running.wait(timeout=_POLL)
                 break

@@ -137,6 +137,37 @@ def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_pa
     assert not [t for t in threading.enumerate() if t.name in stages or t.name.startswith("worker-")]
 
 
+# A Ctrl-C (KeyboardInterrupt in the main thread) landing while the pipeline starts its stage
+# threads: just before the encoder's OS thread exists, or just after.
+_INTERRUPTED_START = textwrap.dedent("""
+    import sys, threading
+    from gpen_video.api import restore_video
+    start = threading.Thread.start
+    def start_then_interrupt(thread):
+        if thread.name == "encode":
+            if sys.argv[5] == "after":
+                start(thread)
+            raise KeyboardInterrupt
+        start(thread)
+    threading.Thread.start = start_then_interrupt
+    try:
+        restore_video(sys.argv[1], sys.argv[2], device="cpu", weights=sys.argv[3], detector="retinaface-mobile",
+                      detector_weights=sys.argv[4], progress=False)
+    except KeyboardInterrupt:
+        print("interrupted")
+""")
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_ctrl_c_while_the_stages_start_stops_at_once_and_leaves_nothing(small_gpen, tmp_path, when):
+    out = tmp_path / "out.mp4"
+    args = [SAMPLE, out, small_gpen, shared_file("weights/retinaface_mobilenet0.25.pth"), when]
+    run = subprocess.run([sys.executable, "-c", _INTERRUPTED_START, *map(str, args)], capture_output=True,
+                         text=True, timeout=90)  # a stage counted but never started would hang it
+    assert run.stdout.strip() == "interrupted", run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def _looped_clip(path: Path, loops: int) -> None:
     """The sample clip played ``loops`` times (re-encoded, audio dropped), as one longer video."""
     with av.open(str(SAMPLE)) as src:
