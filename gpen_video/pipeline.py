@@ -154,9 +154,9 @@ class Pipeline:
         self.tasks = _Tasks(self.stop)
         self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
-        # Per worker: its queued restoration batches and one being detected, and as much again
-        # for the batches between the stages; then the tracker's look-ahead and the batch the
-        # decoder is filling.
+        # Per worker: its queued restoration batches and one being detected; one worker's worth
+        # more for the batches between the stages; then the tracker's look-ahead and the batch
+        # the decoder is filling.
         per_worker = (QUEUED_RESTORATIONS + 1) * batch_frames
         in_flight = per_worker * (len(workers) + 1) + tracker.lookahead + batch_frames
         self.slots = threading.Semaphore(in_flight)
