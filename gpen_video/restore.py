@@ -3,10 +3,10 @@
 
 Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
 and stay on the device until restoration; they are converted to RGB there, and only the merged
-planes of restored frames come back. Restoration is queued on the device and collected later
-(:class:`Pending`), so the host can queue the next batch meanwhile. On a GPU, detection runs in a
-CUDA stream of its own: its results must come back to the host at once, and on the restoration
-stream that read-back would wait for every restoration queued before it, draining the GPU.
+planes of restored frames come back. Detection and restoration are queued on the device and
+collected later (:class:`Pending`), so the host can queue more work meanwhile. On a GPU, detection
+runs in a CUDA stream of its own: the tracker needs its results soon, and on the restoration
+stream their read-back would wait for every restoration queued before it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
 
 import av
 import numpy as np
@@ -25,9 +24,10 @@ import torch
 from .compose import Compositor
 from .faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from .faces.detect import Face, FaceDetector
-from .faces.track import scene_thumbnails
+from .faces.track import gray_thumbnails, thumbnail_means
 from .model import build_inference_model
 from .model.graphs import GraphedModel
+from .transfer import Pending, to_host
 from .video.colour import frame_planes
 from .video.decode import SourceFrame
 
@@ -54,26 +54,6 @@ class Restored:
 
     planes: list[np.ndarray]
     faces: int
-
-
-T = TypeVar("T")
-
-
-class Pending(Generic[T]):
-    """Work queued on a device; :meth:`result` waits for it (sleeping, not spinning: the encoder's
-    threads need the cores) and builds the host-side result."""
-
-    def __init__(self, finish: Callable[[], T], device: torch.device) -> None:
-        self.finish = finish
-        self.event = None
-        if device.type == "cuda":
-            self.event = torch.cuda.Event(blocking=True)
-            self.event.record(torch.cuda.current_stream(device))
-
-    def result(self) -> T:
-        if self.event is not None:
-            self.event.synchronize()
-        return self.finish()
 
 
 FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
@@ -171,7 +151,8 @@ class DeviceWorker:
         if all(k is not None and k[0].device == self.device for k in kept):
             if self.detect_stream is not None:
                 # Allocated on the detection stream: their memory must not be reused there before
-                # this stream has read them (the upload itself finished when detection returned).
+                # this stream has read them (the upload itself finished before the detection's
+                # results came back, which the tracker needed to send this restoration).
                 for plane in (p for k in kept for p in k):
                     plane.record_stream(torch.cuda.current_stream(self.device))
             return [torch.stack([k[p] for k in kept]) for p in range(3)]
@@ -179,24 +160,31 @@ class DeviceWorker:
 
     def _download(self, planes: list[torch.Tensor]) -> list[torch.Tensor]:
         """(N, h, w) planes copied to the host (pinned, on a GPU); read them once the copy is done."""
-        if self.device.type != "cuda":
-            return planes
-        return [torch.empty(p.shape, dtype=p.dtype, pin_memory=True).copy_(p, non_blocking=True) for p in planes]
+        return [to_host(p) for p in planes]
 
-    @torch.no_grad()
     def detect(self, frames: Sequence[SourceFrame]) -> tuple[list[list[Face]], np.ndarray]:
         """The faces of each frame, and each frame's scene thumbnail for the tracker's cut detection."""
-        faces: list[list[Face]] = []
-        thumbnails = []
+        return self.queue_detect(frames).result()
+
+    @torch.no_grad()
+    def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]:
+        """:meth:`detect`, queued on the device: returns once the work is queued, not done. The
+        frames keep their planes on the device for their restoration."""
+        found, means = [], []
         with self._detecting():
             for run in _runs(frames):
                 planes = self._upload(frames[run])
                 for i, frame in enumerate(frames[run]):
                     frame.device_planes = [p[i] for p in planes]
                 rgb = frames[run][0].layout.to_rgb(planes)
-                faces += self.detector.detect_rgb(rgb)
-                thumbnails.append(scene_thumbnails(rgb))  # read back: the stream has finished the run
-        return faces, np.concatenate(thumbnails)
+                found.append(self.detector.queue_rgb(rgb))
+                means.append(to_host(thumbnail_means(rgb)))
+
+            def finish() -> tuple[list[list[Face]], np.ndarray]:
+                faces = [f for pending in found for f in pending.result()]
+                return faces, gray_thumbnails(np.concatenate([m.numpy() for m in means]))
+
+            return Pending(finish, self.device)
 
     @torch.no_grad()
     def _gpen(self, crops: torch.Tensor) -> torch.Tensor:

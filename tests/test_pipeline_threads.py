@@ -91,6 +91,29 @@ def test_queuing_a_restoration_never_waits_for_the_gpu(small_gpen):
     assert [r.faces for r in pending.result()] == [7, 7, 7]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_queuing_a_detection_never_waits_for_the_gpu(small_gpen):
+    """Detections are queued while restorations run; a host wait inside (for the count of boxes
+    over the threshold, say) would stall the worker until the GPU had run all that came before."""
+    state_dict, _ = load_gpen_weights(weights=small_gpen)
+    worker = DeviceWorker(state_dict, DeviceSettings(device="cuda", detector="retinaface-mobile",
+                                                     detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+    expected, expected_thumbnails = worker.detect(list(read_frames(SAMPLE, limit=3)))  # cuDNN picks its kernels
+    frames = list(read_frames(SAMPLE, limit=3))
+    torch.cuda.set_sync_debug_mode("error")  # any host wait for the device raises
+    try:
+        pending = worker.queue_detect(frames)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    found, thumbnails = pending.result()
+    assert [len(fs) for fs in found] == [len(fs) for fs in expected] and all(found)
+    for faces, reference in zip(found, expected):
+        np.testing.assert_array_equal([f.box for f in faces], [f.box for f in reference])
+    np.testing.assert_array_equal(thumbnails, expected_thumbnails)
+    assert all(f.device_planes is not None for f in frames)  # kept for their restoration
+
+
 @pytest.mark.parametrize("pix_fmt", ["yuv420p", "yuv422p10le", "yuv444p"])
 def test_staged_planes_unpack_to_the_decoded_planes(pix_fmt):
     """The decoder packs a frame's planes into one buffer for the upload; unpacked they are the

@@ -14,7 +14,7 @@ import torchvision
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
-from ..transfer import to_device
+from ..transfer import Pending, to_device, to_host
 from ..weights import WeightsError, cache_dir, download
 
 #: Detector name -> (facexlib network name, official facexlib download URL).
@@ -27,6 +27,9 @@ DETECTORS = {
 }
 DEFAULT_DETECTOR = "retinaface-r50"
 _BGR_MEAN = (104.0, 117.0, 123.0)  # RetinaFace was trained on mean-subtracted BGR
+#: Boxes per frame, the best by score, that come back for the non-maximum suppression: a face
+#: gives a few dozen over the threshold. A frame with more over it has all of them brought back.
+CANDIDATES = 1024
 
 
 @dataclass
@@ -130,34 +133,67 @@ class FaceDetector:
         """Faces in each of ``frames``: uint8 RGB, (N, H, W, 3), on any device. Best score first."""
         return self.detect_rgb(torch.as_tensor(frames).to(self.device).permute(0, 3, 1, 2))
 
-    @torch.no_grad()
     def detect_rgb(self, rgb: torch.Tensor) -> list[list[Face]]:
         """Faces in each of ``rgb``: (N, 3, H, W) RGB in [0, 255], any dtype, on this detector's device."""
-        from facexlib.detection.retinaface_utils import batched_decode, batched_decode_landm
+        return self.queue_rgb(rgb).result()
 
-        n, _, h, w = rgb.shape
+    @torch.no_grad()
+    def queue_rgb(self, rgb: torch.Tensor) -> Pending[list[list[Face]]]:
+        """:meth:`detect_rgb`, queued on the device: returns once the work is queued, not done.
+
+        Nothing here waits for the GPU. Each frame's best :data:`CANDIDATES` boxes by score come
+        back (a fixed size, unlike the boxes over the threshold, whose count the host would have to
+        wait for) and the non-maximum suppression, over a few dozen boxes, runs on the host.
+        """
+        h, w = rgb.shape[2:]
         x = rgb.float() - self._mean
         if max(h, w) > self.downscale_above:
             scale = self.detect_long_side / max(h, w)
             x = F.interpolate(x, size=(round(h * scale), round(w * scale)), mode="bilinear", align_corners=False)
         x = x.flip(1).to(self.dtype)  # RGB -> BGR
         loc, conf, landm = self.net(x)
-        priors = self._priors_for(x.shape[2], x.shape[3])[None]
+        priors = self._priors_for(x.shape[2], x.shape[3])
+        scores = conf[:, :, 1].float()
         # Decoded coordinates are fractions of the image: scaling by the original size maps them back.
         size = to_device([w, h], self.device, torch.float32)
-        boxes = batched_decode(loc.float(), priors, self.cfg["variance"]) * size.repeat(2)
-        points = batched_decode_landm(landm.float(), priors, self.cfg["variance"]) * size.repeat(5)
-        scores = conf[:, :, 1].float()
+        best, order = scores.topk(min(CANDIDATES, scores.shape[1]), dim=1)  # sorted, best first
+        over = to_host((scores > self.threshold).sum(1))
+        found = [to_host(t) for t in (best, *self._decoded(loc, landm, priors, order, size))]
 
-        keep = scores > self.threshold
-        frame_of = torch.arange(n, device=self.device)[:, None].expand_as(scores)[keep]
-        boxes, points, scores = boxes[keep], points[keep], scores[keep]
-        kept = torchvision.ops.batched_nms(boxes, scores, frame_of, self.nms_threshold)  # sorted by score
-        boxes, points, scores, frame_of = (t[kept].cpu().numpy() for t in (boxes, points, scores, frame_of))
+        def finish() -> list[list[Face]]:
+            faces = []
+            for i, count in enumerate(over.tolist()):
+                if count <= order.shape[1]:
+                    score, boxes, points = (t[i, :count] for t in found)
+                else:  # more boxes over the threshold than came back: all of this frame's, once more
+                    score, everything = scores[i].sort(descending=True)
+                    decoded = self._decoded(loc[i : i + 1], landm[i : i + 1], priors, everything[None, :count], size)
+                    score, boxes, points = score[:count].cpu(), *(t[0].cpu() for t in decoded)
+                faces.append(self._kept(boxes, points, score))
+            return faces
 
-        faces: list[list[Face]] = [[] for _ in range(n)]
-        for box, pts, score, f in zip(boxes, points, scores, frame_of):
-            face = Face(box.astype(np.float64), float(score), pts.reshape(5, 2).astype(np.float64))
-            if face.size >= self.min_size and (self.max_faces is None or len(faces[f]) < self.max_faces):
-                faces[f].append(face)
+        return Pending(finish, self.device)
+
+    def _decoded(self, loc: torch.Tensor, landm: torch.Tensor, priors: torch.Tensor, order: torch.Tensor,
+                 size: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Boxes (N, K, 4) and landmarks (N, K, 10) in pixels of the priors ``order`` (N, K) picks."""
+        from facexlib.detection.retinaface_utils import batched_decode, batched_decode_landm
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t.gather(1, order[:, :, None].expand(-1, -1, t.shape[2]))
+
+        chosen = priors[order]
+        boxes = batched_decode(pick(loc).float(), chosen, self.cfg["variance"]) * size.repeat(2)
+        points = batched_decode_landm(pick(landm).float(), chosen, self.cfg["variance"]) * size.repeat(5)
+        return boxes, points
+
+    def _kept(self, boxes: torch.Tensor, points: torch.Tensor, scores: torch.Tensor) -> list[Face]:
+        """One frame's faces from its boxes over the threshold (on the host): the non-maximum
+        suppression's survivors, best score first, then the size and count limits."""
+        faces: list[Face] = []
+        for k in torchvision.ops.nms(boxes, scores, self.nms_threshold).tolist():
+            face = Face(boxes[k].numpy().astype(np.float64), float(scores[k]),
+                        points[k].numpy().reshape(5, 2).astype(np.float64))
+            if face.size >= self.min_size and (self.max_faces is None or len(faces) < self.max_faces):
+                faces.append(face)
         return faces

@@ -60,13 +60,23 @@ def face_scale(face: Face) -> float:
     return max(float(np.linalg.norm(face.landmarks[1] - face.landmarks[0])), 0.2 * face.size, 1.0)
 
 
+def thumbnail_means(rgb: torch.Tensor) -> torch.Tensor:
+    """Frames (N, 3, H, W) RGB in [0, 255] as (N, 3, THUMBNAIL_SIDE, THUMBNAIL_SIDE) area averages,
+    computed where the frames are, so only a few numbers need to come back."""
+    return F.adaptive_avg_pool2d(rgb.float(), THUMBNAIL_SIDE)
+
+
+def gray_thumbnails(means: np.ndarray) -> np.ndarray:
+    """:func:`thumbnail_means` on the host as the grayscale thumbnails the cut detector compares.
+    Averaged first, then weighted (both are linear): the weighting touches 32x32 values per
+    channel, not whole frames."""
+    return np.einsum("nchw,c->nhw", means, _GRAY)
+
+
 def scene_thumbnails(rgb: torch.Tensor) -> np.ndarray:
     """Frames (N, 3, H, W) RGB in [0, 255] on any device as (N, THUMBNAIL_SIDE, THUMBNAIL_SIDE)
-    grayscale area averages: averaged where the frames already are, so a few numbers come back.
-    Averaged first, then weighted (both are linear): the weighting, on the host, touches 32x32
-    values per channel, not whole frames."""
-    means = F.adaptive_avg_pool2d(rgb.float(), THUMBNAIL_SIDE).cpu().numpy()
-    return np.einsum("nchw,c->nhw", means, _GRAY).astype(np.float32)
+    grayscale area averages."""
+    return gray_thumbnails(thumbnail_means(rgb).cpu().numpy())
 
 
 def scene_thumbnail(image: np.ndarray) -> np.ndarray:
