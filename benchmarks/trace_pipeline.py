@@ -32,7 +32,7 @@ from pipeline_bench import build_clip
 from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from gpen_video import restore
+from gpen_video import restore, transfer
 from gpen_video.api import restore_video
 from gpen_video.compose import Compositor
 from gpen_video.faces.detect import FaceDetector
@@ -41,14 +41,14 @@ from gpen_video.video.colour import PlaneLayout
 
 #: (owner, attribute, label): the worker's steps, labelled in the trace.
 STEPS = [
-    (_Tasks, "take", "take"), (Pipeline, "_collect", "collect"),
-    (restore.DeviceWorker, "detect", "detect"), (restore.DeviceWorker, "queue_restore", "restore"),
+    (_Tasks, "take", "take"), (Pipeline, "_detected", "detected"), (Pipeline, "_collect", "collect"),
+    (restore.DeviceWorker, "queue_detect", "detect"), (restore.DeviceWorker, "queue_restore", "restore"),
     (restore.DeviceWorker, "_upload", "upload"), (restore.DeviceWorker, "_resident", "resident"),
-    (FaceDetector, "detect_rgb", "detector"), (restore, "scene_thumbnails", "thumbnails"),
+    (FaceDetector, "queue_rgb", "detector"), (restore, "thumbnail_means", "thumbnails"),
     (PlaneLayout, "to_rgb", "to_rgb"), (PlaneLayout, "to_planes", "to_planes"), (PlaneLayout, "merge", "merge"),
     (restore, "similarity_transforms", "transforms"), (restore, "warp_faces", "warp"),
     (restore.DeviceWorker, "_gpen", "gpen"), (Compositor, "paste_batch", "paste"),
-    (restore.DeviceWorker, "_download", "download"), (restore.Pending, "result", "wait"),
+    (restore.DeviceWorker, "_download", "download"), (transfer.Pending, "result", "wait"),
 ]
 _GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 

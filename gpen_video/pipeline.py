@@ -3,9 +3,9 @@
 Decoding and encoding are CPU stages in their own threads; each device (GPU, or the CPU) has a
 worker thread. Any free worker takes the next detection batch; a restoration batch goes back to
 the device that detected its frames, which still holds them, and comes first, so finished work
-drains before new work enters. A worker collects a restoration batch only once the next one is
-queued behind it (or it has nothing else to do), so the device is never left without work while
-the host detects, collects and prepares.
+drains before new work enters. A worker collects a detection or restoration batch only once the
+next of its kind is queued behind it (or it has nothing else to do), so the device is never left
+without work while the host reads results back and prepares the next batch.
 Tracking needs the frames in order, so it runs in one thread between the two device stages. A
 semaphore caps the frames in flight, which keeps memory flat whatever the video's length; the
 encoder writes frames strictly in order.
@@ -30,7 +30,8 @@ import torch
 from .faces.detect import box_size
 from .faces.track import FaceTracker, TrackedFrame
 from .faces.tracks_file import TracksWriter
-from .restore import DeviceWorker, Pending, Restored, stage_planes
+from .restore import DeviceWorker, Restored, stage_planes
+from .transfer import Pending
 from .video.decode import SourceFrame, demux
 from .video.encode import VideoWriter
 from .video.segments import SegmentedWriter
@@ -38,6 +39,8 @@ from .video.segments import SegmentedWriter
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
 #: Restoration batches a worker keeps queued on its device before it collects the oldest.
 QUEUED_RESTORATIONS = 2
+#: Detection batches likewise: a worker collects a detection once the next is queued, not at once.
+QUEUED_DETECTIONS = 2
 
 
 class Stopped(Exception):
@@ -154,10 +157,10 @@ class Pipeline:
         self.tasks = _Tasks(self.stop)
         self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
-        # Per worker: its queued restoration batches and one being detected; one worker's worth
-        # more for the batches between the stages; then the tracker's look-ahead and the batch
-        # the decoder is filling.
-        per_worker = (QUEUED_RESTORATIONS + 1) * batch_frames
+        # Per worker: its queued detection and restoration batches; one worker's worth more for
+        # the batches between the stages; then the tracker's look-ahead and the batch the decoder
+        # is filling.
+        per_worker = (QUEUED_RESTORATIONS + QUEUED_DETECTIONS) * batch_frames
         in_flight = per_worker * (len(workers) + 1) + tracker.lookahead + batch_frames
         self.slots = threading.Semaphore(in_flight)
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
@@ -247,35 +250,46 @@ class Pipeline:
         self.detected.put(("end", self.frames_decoded))
 
     def _work(self, worker: DeviceWorker) -> None:
-        # Restoration batches queued on the device, oldest first. The oldest is collected once
+        # Batches queued on the device, oldest first. The oldest of each kind is collected once
         # another is queued behind it, so the device always has the next one, or once there is
-        # nothing else to do; detection runs meanwhile (on a GPU, in a stream of its own).
-        queued: deque[tuple[list[SourceFrame], Pending[list[Restored]]]] = deque()
+        # nothing else to do: a detection first, as its results become the next restorations.
+        # On a GPU, detection runs in a stream of its own.
+        detecting: deque[tuple[list[SourceFrame], Pending[tuple[list, np.ndarray]]]] = deque()
+        restoring: deque[tuple[list[SourceFrame], Pending[list[Restored]]]] = deque()
         while True:
-            task = self.tasks.take(worker.device, wait=not queued)
+            task = self.tasks.take(worker.device, wait=not (detecting or restoring))
             if task is None:
-                self._collect(worker, *queued.popleft())
+                if detecting:
+                    self._detected(worker, *detecting.popleft())
+                else:
+                    self._collect(worker, *restoring.popleft())
                 continue
             kind, payload = task
             if kind == "exit":
-                while queued:
-                    self._collect(worker, *queued.popleft())
+                while restoring:
+                    self._collect(worker, *restoring.popleft())
                 return
+            t0 = time.perf_counter()
             if kind == "detect":
-                frames = payload
-                t0 = time.perf_counter()
-                faces, thumbnails = worker.detect(frames)
+                detecting.append((payload, worker.queue_detect(payload)))
                 self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
-                self.detected.put(("batch", (frames, faces, thumbnails)))
+                if len(detecting) >= QUEUED_DETECTIONS:
+                    self._detected(worker, *detecting.popleft())
             else:
                 pairs: list[tuple[SourceFrame, TrackedFrame]] = payload
                 frames = [source for source, _ in pairs]
-                t0 = time.perf_counter()
-                queued.append((frames, worker.queue_restore(
+                restoring.append((frames, worker.queue_restore(
                     frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces] for _, tracked in pairs])))
                 self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
-                if len(queued) >= QUEUED_RESTORATIONS:
-                    self._collect(worker, *queued.popleft())
+                if len(restoring) >= QUEUED_RESTORATIONS:
+                    self._collect(worker, *restoring.popleft())
+
+    def _detected(self, worker: DeviceWorker, frames: list[SourceFrame],
+                  pending: Pending[tuple[list, np.ndarray]]) -> None:
+        t0 = time.perf_counter()
+        faces, thumbnails = pending.result()
+        self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
+        self.detected.put(("batch", (frames, faces, thumbnails)))
 
     def _collect(self, worker: DeviceWorker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
         t0 = time.perf_counter()

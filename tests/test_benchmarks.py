@@ -61,8 +61,8 @@ def test_trace_pipeline_smoke(tmp_path, golden):
     crowd = shared_file("media/videos/multi_face_crowd_facenet_pytorch.mp4")
     numbers = _smoke("trace_pipeline.py", tmp_path, golden, str(crowd))
     steps = numbers["worker_ms_per_frame"]
-    assert {"detect/detector", "detect/thumbnails", "restore/warp", "restore/gpen", "restore/paste",
-            "collect/wait"} <= set(steps), steps
+    assert {"detect/detector", "detect/thumbnails", "detected/wait", "restore/warp", "restore/gpen",
+            "restore/paste", "collect/wait"} <= set(steps), steps
     assert numbers["frames"] == 25 and numbers["faces"] >= 3 * 25
     assert "gpu_busy" not in numbers  # no GPU here: no GPU rows
 
