@@ -48,17 +48,23 @@ def test_batched_detection_equals_single_images(detector):
             np.testing.assert_allclose(f.landmarks, g.landmarks, atol=1e-3)
 
 
-def test_folded_batch_norms_leave_the_networks_outputs(detector):
+def _facexlib_retinaface():
+    """facexlib's own RetinaFace (MobileNet-0.25) with the reference weights, as facexlib runs it."""
     from facexlib.detection.retinaface import RetinaFace
 
     state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        unfolded = RetinaFace(network_name="mobile0.25", device=torch.device("cpu"))
-    unfolded.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+        net = RetinaFace(network_name="mobile0.25", device=torch.device("cpu"))
+    net.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+    return net.eval()
+
+
+def test_folded_batch_norms_leave_the_networks_outputs(detector):
+    unfolded = _facexlib_retinaface()
     image = torch.from_numpy(read_rgb("whole_two_people.jpg")).permute(2, 0, 1)[None].float() - 117
     with torch.no_grad():
-        expected, got = unfolded.eval()(image), detector.net(image)
+        expected, got = unfolded(image), detector.net(image)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in detector.net.modules())
     for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
@@ -68,16 +74,10 @@ def test_folded_batch_norms_leave_the_networks_outputs(detector):
 def test_faces_are_those_of_facexlibs_own_detection(detector, photo):
     """The host-side suppression over the candidates that come back finds what facexlib's
     reference path (every box over the threshold, suppressed in NumPy) finds, in the same order."""
-    from facexlib.detection.retinaface import RetinaFace
-
-    state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        reference = RetinaFace(network_name="mobile0.25", device=torch.device("cpu"))
-    reference.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+    reference = _facexlib_retinaface()
     rgb = read_rgb(photo)
     with torch.no_grad():
-        expected = reference.eval().detect_faces(np.ascontiguousarray(rgb[..., ::-1]), conf_threshold=detector.threshold)
+        expected = reference.detect_faces(np.ascontiguousarray(rgb[..., ::-1]), conf_threshold=detector.threshold)
     faces = detector.detect(rgb[None])[0]
     assert len(faces) == len(expected) > 3
     for face, row in zip(faces, expected):

@@ -34,6 +34,13 @@ def _options(weights: Path) -> dict:
             "detector_weights": shared_file("weights/retinaface_mobilenet0.25.pth"), "progress": False}
 
 
+def _worker(weights: Path, device: str) -> DeviceWorker:
+    """A device worker with the GPEN ``weights`` and the reference RetinaFace-mobile."""
+    state_dict, _ = load_gpen_weights(weights=weights)
+    return DeviceWorker(state_dict, DeviceSettings(device=device, detector="retinaface-mobile",
+                                                   detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+
+
 def _frames(path: Path) -> list[np.ndarray]:
     with av.open(str(path)) as c:
         return [f.to_ndarray(format="yuv420p") for f in c.decode(video=0)]
@@ -54,9 +61,7 @@ def test_two_workers_give_the_same_frames_in_the_same_order(small_gpen, tmp_path
     pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])])
 def test_frames_kept_on_the_device_since_detection_restore_as_a_fresh_upload_does(small_gpen, device):
     """On a GPU the kept planes were uploaded in the detection stream and are read in the restoration one."""
-    state_dict, _ = load_gpen_weights(weights=small_gpen)
-    worker = DeviceWorker(state_dict, DeviceSettings(device=device, detector="retinaface-mobile",
-                                                     detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+    worker = _worker(small_gpen, device)
     kept, fresh = list(read_frames(SAMPLE, limit=3)), list(read_frames(SAMPLE, limit=3))
     found, _ = worker.detect(kept)
     assert all(f.device_planes is not None for f in kept)
@@ -76,9 +81,7 @@ def test_queuing_a_restoration_never_waits_for_the_gpu(small_gpen):
     """Restorations are queued while earlier work runs; a host wait inside would leave the GPU
     idle while the host prepares the next batch. Seven faces per frame (some small, for the
     small-face blur) make the paste-back run several chunks."""
-    state_dict, _ = load_gpen_weights(weights=small_gpen)
-    worker = DeviceWorker(state_dict, DeviceSettings(device="cuda", detector="retinaface-mobile",
-                                                     detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+    worker = _worker(small_gpen, "cuda")
     frames = list(read_frames(SAMPLE, limit=3))
     found, _ = worker.detect(frames)
     faces = [[(face.landmarks + shift, size) for face in fs for shift, size in zip(range(0, 70, 10), [50, 300] * 4)]
@@ -96,9 +99,7 @@ def test_queuing_a_restoration_never_waits_for_the_gpu(small_gpen):
 def test_queuing_a_detection_never_waits_for_the_gpu(small_gpen):
     """Detections are queued while restorations run; a host wait inside (for the count of boxes
     over the threshold, say) would stall the worker until the GPU had run all that came before."""
-    state_dict, _ = load_gpen_weights(weights=small_gpen)
-    worker = DeviceWorker(state_dict, DeviceSettings(device="cuda", detector="retinaface-mobile",
-                                                     detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+    worker = _worker(small_gpen, "cuda")
     expected, expected_thumbnails = worker.detect(list(read_frames(SAMPLE, limit=3)))  # cuDNN picks its kernels
     frames = list(read_frames(SAMPLE, limit=3))
     torch.cuda.set_sync_debug_mode("error")  # any host wait for the device raises
