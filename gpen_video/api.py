@@ -172,6 +172,8 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                 writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), job), input, segment_frames)
                 start_frame = writer.first_frame
             workers = [DeviceWorker(state_dict, s) for s in settings]
+            for worker in workers:
+                worker.capture_detection(batch_size, info.height, info.width)
             tracks = TracksWriter(Path(tracks_out)) if tracks_out else None
             bar = tqdm(total=info.frames, initial=start_frame, unit="frame", disable=not progress, dynamic_ncols=True)
             faces = [0]

@@ -48,6 +48,28 @@ def test_batched_detection_equals_single_images(detector):
             np.testing.assert_allclose(f.landmarks, g.landmarks, atol=1e-3)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_detection_replayed_as_a_cuda_graph_finds_the_same_faces_without_waiting():
+    """A GPU worker captures the detector for full batches and pads shorter ones to them: the
+    padding must not reach the faces, and a replay must not wait for the GPU."""
+    solvay = read_rgb("whole_Solvay_conference_1927.png")
+    frames = torch.as_tensor(np.stack([solvay, np.ascontiguousarray(solvay[:, ::-1])])).cuda().permute(0, 3, 1, 2)
+    weights = shared_file("weights/retinaface_mobilenet0.25.pth")
+    eager = FaceDetector("retinaface-mobile", weights=weights, device="cuda").detect_rgb(frames)
+    graphed = FaceDetector("retinaface-mobile", weights=weights, device="cuda")
+    graphed.capture_graph(4, *frames.shape[2:])
+    torch.cuda.set_sync_debug_mode("error")  # any host wait for the device raises
+    try:
+        pending = graphed.queue_rgb(frames)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    found = pending.result()
+    assert [len(fs) for fs in found] == [len(fs) for fs in eager] and len(found[0]) >= 25
+    for faces, reference in zip(found, eager):
+        np.testing.assert_allclose([f.box for f in faces], [f.box for f in reference], atol=0.01)
+
+
 def _facexlib_retinaface():
     """facexlib's own RetinaFace (MobileNet-0.25) with the reference weights, as facexlib runs it."""
     from facexlib.detection.retinaface import RetinaFace

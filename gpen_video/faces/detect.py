@@ -14,6 +14,7 @@ import torchvision
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
+from ..model.graphs import GraphedModel, padded
 from ..transfer import Pending, to_device, to_host
 from ..weights import WeightsError, cache_dir, download
 
@@ -120,6 +121,7 @@ class FaceDetector:
         self.detect_long_side = detect_long_side
         self.downscale_above = downscale_above
         self._priors: dict[tuple[int, int], torch.Tensor] = {}
+        self._graph_batch = 0  # with a CUDA graph: the batch every call is padded to
         self._mean = torch.tensor(_BGR_MEAN[::-1], device=self.device).view(1, 3, 1, 1)  # in RGB order
 
     def _priors_for(self, h: int, w: int) -> torch.Tensor:
@@ -128,6 +130,14 @@ class FaceDetector:
 
             self._priors[(h, w)] = PriorBox(self.cfg, image_size=(h, w)).forward().to(self.device)
         return self._priors[(h, w)]
+
+    def capture_graph(self, batch: int, height: int, width: int) -> None:
+        """Run the network as a CUDA graph from now on, captured here for ``batch`` frames of
+        ``height`` x ``width`` (other sizes are captured on first use); shorter batches are padded to
+        ``batch``. A GPU only."""
+        self.net = GraphedModel(self.net)
+        self._graph_batch = batch
+        self.detect_rgb(torch.zeros(batch, 3, height, width, device=self.device))
 
     def detect(self, frames: torch.Tensor | np.ndarray) -> list[list[Face]]:
         """Faces in each of ``frames``: uint8 RGB, (N, H, W, 3), on any device. Best score first."""
@@ -151,7 +161,7 @@ class FaceDetector:
             scale = self.detect_long_side / max(h, w)
             x = F.interpolate(x, size=(round(h * scale), round(w * scale)), mode="bilinear", align_corners=False)
         x = x.flip(1).to(self.dtype)  # RGB -> BGR
-        loc, conf, landm = self.net(x)
+        loc, conf, landm = (t[: len(x)] for t in self.net(padded(x, self._graph_batch)))
         priors = self._priors_for(x.shape[2], x.shape[3])
         scores = conf[:, :, 1].float()
         # Decoded coordinates are fractions of the image: scaling by the original size maps them back.
