@@ -7,10 +7,19 @@ from collections.abc import Iterator
 import cv2
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
 from gpen_video.faces.detect import Face, FaceDetector
 from gpen_video.faces.smooth import smooth_track
-from gpen_video.faces.track import FaceTracker, TrackedFrame, scene_thumbnail, track_faces
+from gpen_video.faces.track import (
+    THUMBNAIL_SIDE,
+    FaceTracker,
+    TrackedFrame,
+    scene_thumbnail,
+    thumbnail_means,
+    track_faces,
+)
 from gpen_video.video.decode import read_frames
 
 from .conftest import read_rgb, shared_file
@@ -238,3 +247,12 @@ def test_several_faces_keep_distinct_stable_ids(detector):
         steps = np.linalg.norm(np.diff(boxes[:, :2] + boxes[:, 2:], axis=0) / 2, axis=-1)
         sizes = np.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1])
         assert (steps < 0.5 * sizes[1:]).all(), f"track {track} jumps by {(steps / sizes[1:]).max():.2f} face sizes"
+
+
+@pytest.mark.parametrize("size", [(1080, 1920), (37, 53), (20, 45)])
+def test_thumbnails_are_adaptive_area_averages(size):
+    """The cut detector's thumbnails, computed by matrix products, are the adaptive average
+    pooling they stand for, also where bins overlap or the frame is smaller than the thumbnail."""
+    frames = torch.randint(0, 256, (2, 3, *size), generator=torch.Generator().manual_seed(0)).float()
+    expected = F.adaptive_avg_pool2d(frames, THUMBNAIL_SIDE)
+    torch.testing.assert_close(thumbnail_means(frames), expected, rtol=0, atol=1e-3)

@@ -6,13 +6,13 @@ fixed ``lookahead``, so memory stays flat however long the video is.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 
 from .detect import Face
@@ -60,10 +60,26 @@ def face_scale(face: Face) -> float:
     return max(float(np.linalg.norm(face.landmarks[1] - face.landmarks[0])), 0.2 * face.size, 1.0)
 
 
+@functools.lru_cache(maxsize=16)
+def _area_weights(size: int, device: torch.device) -> torch.Tensor:
+    """(THUMBNAIL_SIDE, size): row i averages the samples of adaptive average pooling's i-th bin,
+    from floor(i * size / side) up to ceil((i + 1) * size / side)."""
+    i = torch.arange(THUMBNAIL_SIDE, device=device)
+    start, end = i * size // THUMBNAIL_SIDE, -(-(i + 1) * size // THUMBNAIL_SIDE)
+    j = torch.arange(size, device=device)
+    inside = (j >= start[:, None]) & (j < end[:, None])
+    return inside / (end - start)[:, None]
+
+
 def thumbnail_means(rgb: torch.Tensor) -> torch.Tensor:
     """Frames (N, 3, H, W) RGB in [0, 255] as (N, 3, THUMBNAIL_SIDE, THUMBNAIL_SIDE) area averages,
-    computed where the frames are, so only a few numbers need to come back."""
-    return F.adaptive_avg_pool2d(rgb.float(), THUMBNAIL_SIDE)
+    computed where the frames are, so only a few numbers need to come back.
+
+    Adaptive average pooling, done as two matrix products (rows, then columns): on a GPU, pooling
+    1080p frames to 32x32 directly took ~0.2 ms per frame, one thread per output summing ~2000
+    scattered samples, while the products read each frame once."""
+    h, w = rgb.shape[2:]
+    return _area_weights(h, rgb.device) @ rgb.float() @ _area_weights(w, rgb.device).T
 
 
 def gray_thumbnails(means: np.ndarray) -> np.ndarray:
