@@ -134,7 +134,7 @@ def _restore_cut(faces: list[int], face_batch: int) -> int:
 
 
 def _device_of(frame: SourceFrame) -> torch.device | None:
-    return frame.device_planes[0].device if frame.device_planes is not None else None
+    return frame.on_device.rgb.device if frame.on_device is not None else None
 
 
 class Pipeline:
@@ -313,7 +313,7 @@ class Pipeline:
             for tracked in done:
                 source = sources.pop(tracked.index)
                 if tracked.index < self.start_frame or not tracked.faces:
-                    source.device_planes = None
+                    source.on_device = None
                 if tracked.index < self.start_frame:  # context for a resumed job, encoded before
                     self.slots.release()
                     continue

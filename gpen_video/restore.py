@@ -2,8 +2,8 @@
 (align -> GPEN -> paste back). One instance per GPU (or one for the CPU).
 
 Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
-and stay on the device until restoration; they are converted to RGB there, and only the merged
-planes of restored frames come back. Detection and restoration are queued on the device and
+and converted to RGB there once; planes and RGB stay on the device until restoration, and only the
+merged planes of restored frames come back. Detection and restoration are queued on the device and
 collected later (:class:`Pending`), so the host can queue more work meanwhile. On a GPU, detection
 runs in a CUDA stream of its own: the tracker needs its results soon, and on the restoration
 stream their read-back would wait for every restoration queued before it.
@@ -29,7 +29,7 @@ from .model import build_inference_model
 from .model.graphs import GraphedModel, padded
 from .transfer import Pending, to_host
 from .video.colour import frame_planes
-from .video.decode import SourceFrame
+from .video.decode import OnDevice, SourceFrame
 
 log = logging.getLogger(__name__)
 
@@ -150,21 +150,24 @@ class DeviceWorker:
             batch = torch.stack(staged)
         return _unstage(batch, frames[0].frame)
 
-    def _resident(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
-        """The frames' planes on this device, (N, h, w) per plane: those kept since detection when
-        all of them are here (a copy on the device), else uploaded again. The frames let go of them."""
-        kept = [f.device_planes for f in frames]
+    def _resident(self, frames: Sequence[SourceFrame]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The frames' planes on this device, (N, h, w) per plane, and their upright RGB (N, 3, H, W)
+        float: those kept since detection when all of them are here (copied on the device), else
+        uploaded and converted again. The frames let go of them."""
+        kept = [f.on_device for f in frames]
         for frame in frames:
-            frame.device_planes = None
-        if all(k is not None and k[0].device == self.device for k in kept):
-            if self.detect_stream is not None:
-                # Allocated on the detection stream: their memory must not be reused there before
-                # this stream has read them (the upload itself finished before the detection's
-                # results came back, which the tracker needed to send this restoration).
-                for plane in (p for k in kept for p in k):
-                    plane.record_stream(torch.cuda.current_stream(self.device))
-            return [torch.stack([k[p] for k in kept]) for p in range(3)]
-        return self._upload(frames)
+            frame.on_device = None
+        if any(k is None or k.rgb.device != self.device for k in kept):
+            planes = self._upload(frames)
+            return planes, frames[0].layout.to_rgb(planes)
+        if self.detect_stream is not None:
+            # Allocated on the detection stream: their memory must not be reused there before this
+            # stream has read them (the upload itself finished before the detection's results came
+            # back, which the tracker needed to send this restoration).
+            for tensor in (t for k in kept for t in (*k.planes, k.rgb)):
+                tensor.record_stream(torch.cuda.current_stream(self.device))
+        planes = [torch.stack([k.planes[p] for k in kept]) for p in range(3)]
+        return planes, torch.stack([k.rgb for k in kept]).float()
 
     def _download(self, planes: list[torch.Tensor]) -> list[torch.Tensor]:
         """(N, h, w) planes copied to the host (pinned, on a GPU); read them once the copy is done."""
@@ -177,14 +180,15 @@ class DeviceWorker:
     @torch.no_grad()
     def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]:
         """:meth:`detect`, queued on the device: returns once the work is queued, not done. The
-        frames keep their planes on the device for their restoration."""
+        frames keep their planes and RGB on the device for their restoration."""
         found, means = [], []
         with self._detecting():
             for run in _runs(frames):
                 planes = self._upload(frames[run])
-                for i, frame in enumerate(frames[run]):
-                    frame.device_planes = [p[i] for p in planes]
                 rgb = frames[run][0].layout.to_rgb(planes)
+                kept = rgb.to(torch.uint8)
+                for i, frame in enumerate(frames[run]):
+                    frame.on_device = OnDevice([p[i] for p in planes], kept[i])
                 found.append(self.detector.queue_rgb(rgb))
                 means.append(to_host(thumbnail_means(rgb)))
 
@@ -235,8 +239,8 @@ class DeviceWorker:
         downloads = []
         for run in runs:
             layout = frames[run][0].layout
-            planes = self._resident(frames[run])
-            image, changed = self.restore_rgb(layout.to_rgb(planes), faces[run])
+            planes, rgb = self._resident(frames[run])
+            image, changed = self.restore_rgb(rgb, faces[run])
             downloads.append(self._download(layout.merge(layout.to_planes(image, planes[0].dtype), planes, changed)))
 
         def finish() -> list[Restored]:

@@ -22,6 +22,16 @@ class InputError(RuntimeError):
 
 
 @dataclass
+class OnDevice:
+    """A frame as the device that detected it holds it until restoration, so that it crosses to
+    the device and is converted to RGB once: its planes (h, w), and its upright RGB (3, H, W) uint8
+    (whole levels, so nothing is lost)."""
+
+    planes: list[torch.Tensor]
+    rgb: torch.Tensor
+
+
+@dataclass
 class SourceFrame:
     """One decoded video frame and where it sits in time."""
 
@@ -34,9 +44,8 @@ class SourceFrame:
     #: Its planes packed into one pinned host buffer by the decode thread, ready for a GPU
     #: worker's asynchronous upload (restore.stage_planes); None once uploaded.
     staged: torch.Tensor | None = None
-    #: Its planes on the device that detected it, kept there until restoration so that a frame
-    #: crosses to the device once; None once restored or when it has no face to restore.
-    device_planes: list[torch.Tensor] | None = None
+    #: Kept on the device that detected it; None once restored or when it has no face to restore.
+    on_device: OnDevice | None = None
 
     @property
     def time(self) -> float:
