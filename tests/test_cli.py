@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import av
 import cv2
 import numpy as np
+import pytest
 
 from .conftest import shared_file
 
@@ -54,6 +56,21 @@ def test_restores_the_sample_with_progress_and_summary(small_gpen, tmp_path):
     assert "exists; pass --overwrite" in again.stderr and "Traceback" not in again.stderr
     quiet = gpen_video(SAMPLE, out, "--overwrite", "--quiet", weights=small_gpen)
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+@pytest.mark.parametrize(("codec", "suffix", "encoded_as", "pix_fmt"),
+                         [("libx265", ".mp4", "hevc", "yuv420p"), ("prores_ks", ".mov", "prores", "yuv422p10le")])
+def test_other_codecs_restore_every_frame_and_stay_quiet(small_gpen, tmp_path, codec, suffix, encoded_as, pix_fmt):
+    """x265 prints its own statistics to stderr unless told not to; ProRes takes no 4:2:0, so the
+    sample's frames go to the nearest format it takes."""
+    out = tmp_path / f"restored{suffix}"
+    run = gpen_video(SAMPLE, out, "--codec", codec, "--quiet", weights=small_gpen)
+    assert run.returncode == 0 and run.stderr == ""
+    with av.open(str(out)) as container:
+        video = container.streams.video[0]
+        assert (video.codec_context.name, video.codec_context.pix_fmt) == (encoded_as, pix_fmt)
+        assert [s.type for s in container.streams] == ["video", "audio"]
+        assert sum(1 for _ in container.decode(video=0)) == 100
 
 
 def test_usage_errors_exit_2():

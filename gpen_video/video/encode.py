@@ -241,6 +241,8 @@ class VideoWriter:
         preset = settings.preset or DEFAULT_PRESET.get(codec.name)
         if preset is not None:
             options["preset"] = preset
+        if codec.name == "libx265":
+            options["x265-params"] = "log-level=error"  # x265 prints its own statistics otherwise
         cc.options = options
 
     def new_encoder(self) -> av.codec.context.CodecContext:
