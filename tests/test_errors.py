@@ -78,13 +78,17 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
         "zero batch": ([SAMPLE, out, "--batch-size", "0"], "batch size must be a positive integer"),
         "strength above 1": ([SAMPLE, out, "--strength", "1.5"], "strength must be in [0, 1]"),
         "negative encoder threads": ([SAMPLE, out, "--encoder-threads", "-1"], "encoder threads must be 0"),
+        "preset the codec lacks": ([SAMPLE, tmp / "out.mov", "--codec", "prores_ks", "--preset", "hq"],
+                                   "prores_ks takes no --preset"),
+        "crf the codec lacks": ([SAMPLE, tmp / "out.mkv", "--codec", "ffv1", "--crf", "0"], "ffv1 takes no --crf"),
     }
 
 
 CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4", "audio only", "output is input",
               "output via link",
               "no output dir", "bad extension", "no such encoder", "not a gpen checkpoint", "truncated checkpoint",
-              "missing gpu", "zero batch", "strength above 1", "negative encoder threads"]
+              "missing gpu", "zero batch", "strength above 1", "negative encoder threads", "preset the codec lacks",
+              "crf the codec lacks"]
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)

@@ -162,6 +162,11 @@ class VideoWriter:
         if codec.name not in rules.video and codec.canonical_name not in rules.video:
             raise OutputError(f"a {ext} file cannot hold {codec.canonical_name} video; "
                               f"use one of {', '.join(sorted(rules.video))} or another extension")
+        # An option the encoder does not know would be dropped without a word by FFmpeg.
+        for flag, value, takers in (("--preset", settings.preset, DEFAULT_PRESET),
+                                    ("--crf", settings.crf, DEFAULT_CRF)):
+            if value is not None and codec.name not in takers:
+                raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
         self.info = info
         _remove_stale_partials(output)
         self.tmp = partial_path(output)
