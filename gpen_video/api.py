@@ -154,7 +154,6 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                          detector_weights=detector_weights, threshold=threshold, min_face=min_face,
                          max_faces=max_faces)
     info = probe(input)
-    state_dict, _ = load_gpen_weights(model, weights, progress)
     container = open_input(input)
     try:
         encoder_settings = EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt,
@@ -162,6 +161,9 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
         writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, encoder_settings)
         tracks = None
         try:
+            # After the writer, which checks the encoder settings: a wrong option must not cost a
+            # download. Before --resume's work directory, which a failed download must not leave.
+            state_dict, _ = load_gpen_weights(model, weights, progress)
             start_frame = 0
             if resume:
                 stat = input.stat()

@@ -105,6 +105,19 @@ def test_bad_input_fails_cleanly(case, small_gpen, tmp_path):
     assert after == before  # no output, no temp file, inputs unchanged
 
 
+def test_encoder_settings_fail_before_the_weights_download(tmp_path):
+    """A wrong option costs the user nothing: no 300 MB download (here, with no network, a
+    download error would hide the real one)."""
+    args = [sys.executable, "-m", "gpen_video.cli", SAMPLE, tmp_path / "out.mkv", "--codec", "ffv1", "--crf", "0",
+            "--device", "cpu", "--detector", "retinaface-mobile",
+            "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth")]
+    run = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "GPEN_VIDEO_HOME": str(tmp_path / "empty-cache")})
+    assert run.returncode == 1
+    assert run.stderr.strip() == "gpen-video: error: ffv1 takes no --crf; libx264, libx265, libvpx-vp9, libsvtav1 do"
+    assert list(tmp_path.iterdir()) == []
+
+
 def _run_with_weights(args: list) -> subprocess.CompletedProcess:
     """Cases that bring their own --weights (the last one given wins with argparse)."""
     i = args.index("--weights")
