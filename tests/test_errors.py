@@ -19,11 +19,13 @@ from .conftest import shared_file
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
 
 
-def _run(*args: object, weights: Path) -> subprocess.CompletedProcess:
-    extra = ["--device", "cpu", "--weights", str(weights), "--detector", "retinaface-mobile",
+def _run(*args: object, weights: Path | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The CLI on the CPU with the reference detector; without ``weights`` it looks in its cache."""
+    extra = ["--device", "cpu", "--detector", "retinaface-mobile",
              "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth"))]
+    extra += ["--weights", str(weights)] if weights is not None else []
     return subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args), *extra],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
 
 
 def _digest(path: Path) -> str:
@@ -108,11 +110,8 @@ def test_bad_input_fails_cleanly(case, small_gpen, tmp_path):
 def test_encoder_settings_fail_before_the_weights_download(tmp_path):
     """A wrong option costs the user nothing: no 300 MB download (here, with no network, a
     download error would hide the real one)."""
-    args = [sys.executable, "-m", "gpen_video.cli", SAMPLE, tmp_path / "out.mkv", "--codec", "ffv1", "--crf", "0",
-            "--device", "cpu", "--detector", "retinaface-mobile",
-            "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth")]
-    run = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "GPEN_VIDEO_HOME": str(tmp_path / "empty-cache")})
+    run = _run(SAMPLE, tmp_path / "out.mkv", "--codec", "ffv1", "--crf", "0", weights=None,
+               env={**os.environ, "GPEN_VIDEO_HOME": str(tmp_path / "empty-cache")})
     assert run.returncode == 1
     assert run.stderr.strip() == "gpen-video: error: ffv1 takes no --crf; libx264, libx265, libvpx-vp9, libsvtav1 do"
     assert list(tmp_path.iterdir()) == []
