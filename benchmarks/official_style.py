@@ -17,7 +17,6 @@ from gpen_video.compose import SMALL_FACE, face_mask
 from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.model import GPEN
-from gpen_video.video.colour import frame_planes
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
 from gpen_video.video.encode import EncoderSettings, VideoWriter
 from gpen_video.weights import load_gpen_weights
@@ -71,7 +70,7 @@ def official_style_fps(src: Path, dst: Path, weights: str, detector: str, detect
         # The official scripts read and write frames through OpenCV: a CPU colour conversion each way.
         restored = _restore_frame(item.frame.to_ndarray(format="rgb24"), finder, model, mask, device)
         back = av.VideoFrame.from_ndarray(restored, format="rgb24").reformat(format=item.frame.format.name)
-        writer.write(item, frame_planes(back))
+        writer.write(item, back)
         frames += 1
     if device.startswith("cuda"):
         torch.cuda.synchronize()

@@ -33,7 +33,7 @@ from official_style import official_style_fps
 from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
-from gpen_video.video.colour import frame_planes
+from gpen_video.video.colour import frame_planes, planes_to_frame
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
 from gpen_video.video.encode import EncoderSettings, VideoWriter
 
@@ -77,8 +77,8 @@ def build_clip(source: Path, dest: Path, seconds: float, size: tuple[int, int] |
 
 def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool = False, queued: int = 64) -> float:
     """Decode in one thread and encode in another, with the tool's own reader and writer, at most
-    ``queued`` frames between them (with ``planes``, each frame goes through the copy the pipeline
-    makes of a restored frame)."""
+    ``queued`` frames between them (with ``planes``, each frame is copied into a new frame in the
+    encoding thread, as restored frames were until session 10)."""
     container = open_input(src)
     writer = VideoWriter(dst, container, probe(src), settings)
     items: queue.Queue = queue.Queue(maxsize=queued)
@@ -94,7 +94,7 @@ def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool 
     frames = 0
     while (item := items.get()) is not None:
         if isinstance(item, SourceFrame):
-            writer.write(item, frame_planes(item.frame) if planes else None)
+            writer.write(item, planes_to_frame(frame_planes(item.frame), item.frame) if planes else None)
             frames += 1
         else:
             writer.write_packet(item)

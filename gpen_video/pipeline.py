@@ -372,7 +372,7 @@ class Pipeline:
             while next_index in pending:
                 source, result = pending.pop(next_index)
                 t0 = time.perf_counter()
-                self.writer.write(source, result.planes if result is not None else None)
+                self.writer.write(source, result.frame if result is not None else None)
                 self.clock.add("encode", time.perf_counter() - t0)
                 faces = result.faces if result is not None else 0
                 self.counts["frames"] += 1

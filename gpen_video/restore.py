@@ -3,7 +3,8 @@
 
 Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
 and converted to RGB there once; planes and RGB stay on the device until restoration, and only the
-merged planes of restored frames come back. Detection and restoration are queued on the device and
+merged planes of restored frames come back, one buffer per frame that the encoder reads as it is
+(:func:`~.video.colour.packed_to_frame`). Detection and restoration are queued on the device and
 collected later (:class:`Pending`), so the host can queue more work meanwhile. On a GPU, detection
 runs in a CUDA stream of its own: the tracker needs its results soon, and on the restoration
 stream their read-back would wait for every restoration queued before it.
@@ -28,7 +29,7 @@ from .faces.track import gray_thumbnails, thumbnail_means
 from .model import build_inference_model
 from .model.graphs import GraphedModel, padded
 from .transfer import Pending, to_host
-from .video.colour import frame_planes
+from .video.colour import frame_planes, packed_to_frame, unpack_planes
 from .video.decode import OnDevice, SourceFrame
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,9 @@ class DeviceSettings:
 
 @dataclass
 class Restored:
-    """A frame after restoration: its new YUV planes (the decoded samples wherever no face reached)."""
+    """A frame after restoration, ready for the encoder: the decoded samples wherever no face reached."""
 
-    planes: list[np.ndarray]
+    frame: av.VideoFrame
     faces: int
 
 
@@ -71,16 +72,6 @@ def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:
         np.copyto(staged.numpy()[offset : offset + plane.size].reshape(plane.shape), plane)
         offset += plane.size
     return staged
-
-
-def _unstage(batch: torch.Tensor, frame: av.VideoFrame) -> list[torch.Tensor]:
-    """(N, h, w) views of each plane in a batch of :func:`stage_planes` buffers, (N, total)."""
-    views, offset = [], 0
-    for plane in frame.planes:
-        size = plane.height * plane.width
-        views.append(batch[:, offset : offset + size].view(len(batch), plane.height, plane.width))
-        offset += size
-    return views
 
 
 def _runs(frames: Sequence[SourceFrame]) -> list[slice]:
@@ -148,7 +139,7 @@ class DeviceWorker:
                 row.copy_(buffer, non_blocking=True)
         else:
             batch = torch.stack(staged)
-        return _unstage(batch, frames[0].frame)
+        return unpack_planes(batch, frames[0].frame)
 
     def _resident(self, frames: Sequence[SourceFrame]) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The frames' planes on this device, (N, h, w) per plane, and their upright RGB (N, 3, H, W)
@@ -169,9 +160,10 @@ class DeviceWorker:
         planes = [torch.stack([k.planes[p] for k in kept]) for p in range(3)]
         return planes, torch.stack([k.rgb for k in kept]).float()
 
-    def _download(self, planes: list[torch.Tensor]) -> list[torch.Tensor]:
-        """(N, h, w) planes copied to the host (pinned, on a GPU); read them once the copy is done."""
-        return [to_host(p) for p in planes]
+    def _download(self, planes: list[torch.Tensor]) -> torch.Tensor:
+        """(N, h, w) planes packed as an upload is (N, total), and copied to the host in one piece
+        (pinned, on a GPU); read it once the copy is done. Each frame's row becomes its encoder frame."""
+        return to_host(torch.cat([p.flatten(1) for p in planes], dim=1))
 
     def detect(self, frames: Sequence[SourceFrame]) -> tuple[list[list[Face]], np.ndarray]:
         """The faces of each frame, and each frame's scene thumbnail for the tracker's cut detection."""
@@ -228,7 +220,7 @@ class DeviceWorker:
         return torch.cat(out) if out else crops
 
     def restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]]) -> list[Restored]:
-        """Restore ``faces[i]`` in ``frames[i]``; the planes come back merged with the decoded ones."""
+        """Restore ``faces[i]`` in ``frames[i]``: their encoder frames, merged with the decoded samples."""
         return self.queue_restore(frames, faces).result()
 
     @torch.no_grad()
@@ -246,8 +238,9 @@ class DeviceWorker:
         def finish() -> list[Restored]:
             results = []
             for run, host in zip(runs, downloads):
-                merged = [h.numpy() for h in host]
-                results += [Restored([p[i] for p in merged], len(fs)) for i, fs in enumerate(faces[run])]
+                packed = host.numpy()
+                results += [Restored(packed_to_frame(packed[i], source.frame), len(fs))
+                            for i, (source, fs) in enumerate(zip(frames[run], faces[run]))]
             return results
 
         return Pending(finish, self.device)

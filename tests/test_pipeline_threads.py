@@ -19,7 +19,7 @@ from gpen_video.api import restore_video
 from gpen_video.faces.detect import box_size
 from gpen_video.pipeline import _restore_cut
 from gpen_video.restore import DeviceSettings, DeviceWorker
-from gpen_video.video.colour import frame_planes
+from gpen_video.video.colour import frame_planes, packed_to_frame, unpack_planes
 from gpen_video.video.decode import read_frames
 from gpen_video.weights import load_gpen_weights
 
@@ -70,8 +70,9 @@ def test_frames_kept_on_the_device_since_detection_restore_as_a_fresh_upload_doe
     a, b = worker.restore(kept, faces), worker.restore(fresh, faces)
     assert all(f.on_device is None for f in kept)  # let go once restored
     assert [r.faces for r in a] == [1, 1, 1]
-    assert all(np.array_equal(x, y) for ra, rb in zip(a, b) for x, y in zip(ra.planes, rb.planes))
-    assert not any(all(np.array_equal(x, y) for x, y in zip(r.planes, frame_planes(f.frame)))
+    assert all(np.array_equal(x, y)
+               for ra, rb in zip(a, b) for x, y in zip(frame_planes(ra.frame), frame_planes(rb.frame)))
+    assert not any(all(np.array_equal(x, y) for x, y in zip(frame_planes(r.frame), frame_planes(f.frame)))
                    for r, f in zip(a, kept))  # every frame's face changed
 
 
@@ -128,9 +129,27 @@ def test_staged_planes_unpack_to_the_decoded_planes(pix_fmt):
         frames.append(frame)
     batch = torch.stack([restore_module.stage_planes(f, pinned=False) for f in frames])
     for i, frame in enumerate(frames):
-        unpacked = [p[i].numpy() for p in restore_module._unstage(batch, frame)]
+        unpacked = [p[i].numpy() for p in unpack_planes(batch, frame)]
         assert [u.shape for u in unpacked] == [p.shape for p in frame_planes(frame)]
         assert all(np.array_equal(u, p) for u, p in zip(unpacked, frame_planes(frame)))
+
+
+@pytest.mark.parametrize(("width", "pix_fmt", "in_place"), [(1920, "yuv420p", True), (1922, "yuv420p", False),
+                                                            (1920, "yuv422p10le", False)])
+def test_a_packed_restored_frame_becomes_an_encoder_frame_with_the_same_samples(width, pix_fmt, in_place):
+    """Restored frames come back packed; 1080p 8-bit 4:2:0 is handed to the encoder as that very
+    buffer, other layouts as a copy. Either way the encoder sees the samples and the colour tags."""
+    rng = np.random.default_rng(1)
+    source = av.VideoFrame(width, 1080, pix_fmt)
+    for plane in source.planes:
+        plane.update(rng.integers(0, 256, plane.buffer_size, dtype=np.uint8).tobytes())
+    source.colorspace, source.color_range = 1, 2
+    packed = restore_module.stage_planes(source, pinned=False).numpy()
+    frame = packed_to_frame(packed, source)
+    assert (frame.format.name, frame.width, frame.height) == (pix_fmt, width, 1080)
+    assert (frame.colorspace, frame.color_range) == (1, 2)
+    assert all(np.array_equal(a, b) for a, b in zip(frame_planes(frame), frame_planes(source)))
+    assert np.shares_memory(frame_planes(frame)[2], packed) == in_place
 
 
 def test_restoration_batches_are_cut_where_the_last_gpen_batch_is_fullest():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpen_video.video.colour import frame_planes
+from gpen_video.video.colour import frame_planes, planes_to_frame
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe, read_frames
 from gpen_video.video.encode import EncoderSettings, OutputError, VideoWriter
 
@@ -38,12 +38,13 @@ def rewrite(src: Path, dst: Path, settings: EncoderSettings, touch_everything: b
     writer = VideoWriter(dst, container, probe(src), settings)
     for item in demux(container, writer.copied_streams):
         if isinstance(item, SourceFrame):
-            planes = None
+            restored = None
             if touch_everything:  # every pixel to RGB and back, as restored faces go
                 samples = [torch.from_numpy(p.copy())[None] for p in frame_planes(item.frame)]
                 rgb = item.layout.to_rgb(samples)
-                planes = [p[0].numpy() for p in item.layout.to_planes(rgb, samples[0].dtype)]
-            writer.write(item, planes)
+                restored = planes_to_frame([p[0].numpy() for p in item.layout.to_planes(rgb, samples[0].dtype)],
+                                           item.frame)
+            writer.write(item, restored)
         else:
             writer.write_packet(item)
     writer.close()

@@ -9,11 +9,14 @@ Samples no face touched are taken from the decoded planes unchanged, so they sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import av
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+Packed = TypeVar("Packed", np.ndarray, torch.Tensor)
 
 #: AVColorSpace tag -> the matrix's (Kr, Kb) luma weights.
 _LUMA_WEIGHTS = {1: (0.2126, 0.0722), 4: (0.30, 0.11), 5: (0.299, 0.114), 6: (0.299, 0.114),
@@ -79,6 +82,31 @@ def planes_to_frame(planes: list[np.ndarray], like: av.VideoFrame) -> av.VideoFr
         np.copyto(dst, samples)
     frame.colorspace, frame.color_range = like.colorspace, like.color_range
     return frame
+
+
+def unpack_planes(packed: Packed, like: av.VideoFrame) -> list[Packed]:
+    """Views of each plane, (..., h, w), in buffers (..., total) holding a frame of ``like``'s format
+    and size as its planes one after another, trimmed to their width (the layout of an upload)."""
+    views, offset = [], 0
+    for plane in like.planes:
+        size = plane.height * plane.width
+        views.append(packed[..., offset : offset + size].reshape(*packed.shape[:-1], plane.height, plane.width))
+        offset += size
+    return views
+
+
+def packed_to_frame(packed: np.ndarray, like: av.VideoFrame) -> av.VideoFrame:
+    """A frame of ``like``'s format, size and colour tags holding one packed buffer
+    (:func:`unpack_planes`). For 8-bit 4:2:0 with an even height and a width that is a multiple of
+    64 (1080p, 720p, 4K) the frame is the buffer itself: its planes and rows then start 32-byte
+    aligned, as in FFmpeg's own frames, and the encoder reads it in place. That saves a 3 MB copy
+    per 1080p frame, CPU time and memory traffic the encoder's threads share. Other layouts are
+    copied into a new frame."""
+    if like.format.name in ("yuv420p", "yuvj420p") and like.width % 64 == 0 and like.height % 2 == 0:
+        frame = av.VideoFrame.from_numpy_buffer(packed.reshape(-1, like.width), like.format.name)
+        frame.colorspace, frame.color_range = like.colorspace, like.color_range
+        return frame
+    return planes_to_frame(unpack_planes(packed, like), like)
 
 
 @dataclass(frozen=True)

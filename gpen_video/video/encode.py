@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import av
-import numpy as np
 
-from .colour import planes_to_frame
 from .decode import SourceFrame, VideoInfo
 
 log = logging.getLogger(__name__)
@@ -299,10 +297,11 @@ class VideoWriter:
                 self._mux_pending(float(packet.dts * packet.time_base))
             self.container.mux(packet)
 
-    def encoder_frame(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> av.VideoFrame:
-        """The frame to encode: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
+    def encoder_frame(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> av.VideoFrame:
+        """The frame to encode: ``source`` as decoded, or the ``restored`` frame in its place (same
+        format and size), with the decoded frame's timing."""
         decoded = source.frame
-        frame = decoded if planes is None else planes_to_frame(planes, decoded)
+        frame = decoded if restored is None else restored
         if frame.format.name != self.video.codec_context.pix_fmt:
             frame = frame.reformat(format=self.video.codec_context.pix_fmt)
         frame.pts = decoded.pts
@@ -310,9 +309,9 @@ class VideoWriter:
         frame.pict_type = av.video.frame.PictureType.NONE
         return frame
 
-    def write(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> None:
-        """Encode one frame: ``source`` as decoded, or its ``planes`` replaced (same format and size)."""
-        frame = self.encoder_frame(source, planes)
+    def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
+        """Encode one frame: ``source`` as decoded, or the ``restored`` frame in its place."""
+        frame = self.encoder_frame(source, restored)
         try:
             self._mux_video(self.video.encode(frame))
         except av.FFmpegError as exc:

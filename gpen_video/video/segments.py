@@ -17,7 +17,6 @@ import struct
 from pathlib import Path
 
 import av
-import numpy as np
 
 from .decode import SourceFrame, open_input
 from .encode import OutputError, VideoWriter
@@ -118,12 +117,12 @@ class SegmentedWriter:
     def copied_streams(self) -> set[int]:
         return set()  # the other streams are copied from the source when OUTPUT is assembled
 
-    def write(self, source: SourceFrame, planes: list[np.ndarray] | None = None) -> None:
+    def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
         if self._encoder is None:
             self._encoder = self.writer.new_encoder()
             self._encoder.open()
         try:
-            self._packets += self._encoder.encode(self.writer.encoder_frame(source, planes))
+            self._packets += self._encoder.encode(self.writer.encoder_frame(source, restored))
         except av.FFmpegError as exc:
             raise OutputError(f"encoding failed at frame {source.index}: {exc.strerror or exc}") from None
         self._frames += 1
