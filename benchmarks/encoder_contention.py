@@ -25,7 +25,7 @@ from pathlib import Path
 #: name -> what it adds to a plain transcode (decode thread + encode thread, the tool's reader/writer)
 VARIANTS = {
     "transcode": "nothing",
-    "transcode-planes": "each frame copied into a new frame, as a restored frame is",
+    "transcode-planes": "each frame copied into a new frame by the encoding thread (restored frames were, to session 10)",
     "transcode-held": "up to 192 decoded frames waiting for the encoder instead of 64 (the pipeline holds ~150)",
     "transcode-detecting": "a thread detecting faces in 16 random frames, over and over, on the device",
     "no-faces": "the whole pipeline, every face filtered out by size: detection and tracking, no restoration",
@@ -38,7 +38,12 @@ VARIANTS = {
     "transcode-capped": "a transcode with the encoder's threads capped at --capped-threads",
     "capped": "the whole pipeline with the encoder's threads capped at --capped-threads",
     "transcode-slice-threads": "a transcode with PyAV's default slice threads instead of frame threads",
+    "transcode-staged": "a transcode whose decode thread packs each frame into a pinned buffer, as the pipeline's does",
+    "switch-1ms": "the whole pipeline, a 1 ms GIL switch interval instead of 5 ms",
+    "switch-0.25ms": "the whole pipeline, a 0.25 ms GIL switch interval",
 }
+#: variant -> sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it
+SWITCH_INTERVALS = {"switch-1ms": 0.001, "switch-0.25ms": 0.00025}
 DEFAULT_VARIANTS = "transcode,transcode-planes,transcode-detecting,no-faces,default,transcode"
 
 
@@ -78,6 +83,30 @@ def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
         thread.join()
 
 
+@contextlib.contextmanager
+def _timed_queue_waits() -> Iterator[dict[str, float]]:
+    """Seconds each pipeline thread spends in the pipeline's queue reads: for the encode thread,
+    the time it had no frame to encode (with the GIL waits of its return)."""
+    from gpen_video.pipeline import Pipeline
+
+    waits: dict[str, float] = {}
+    read = Pipeline._get
+
+    def timed(self: Pipeline, q: object) -> object:
+        t0 = time.perf_counter()
+        try:
+            return read(self, q)
+        finally:
+            name = threading.current_thread().name
+            waits[name] = waits.get(name, 0.0) + time.perf_counter() - t0
+
+    Pipeline._get = timed
+    try:
+        yield waits
+    finally:
+        Pipeline._get = read
+
+
 def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
     """One variant, in this process: fps, CPU seconds of the process and of each thread group."""
     if variant == "blocking-sync":
@@ -91,6 +120,8 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
 
     if variant == "torch-threads-1":
         torch.set_num_threads(1)
+    if variant in SWITCH_INTERVALS:
+        sys.setswitchinterval(SWITCH_INTERVALS[variant])
     out = clip.with_name(f"{variant}.mp4")
     busy: dict[str, float] = {}
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -104,24 +135,28 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
                                            threads=args.capped_threads if variant == "transcode-capped" else 0,
                                            thread_type="SLICE" if variant == "transcode-slice-threads" else "AUTO")
                 fps = transcode_fps(clip, out, settings, planes=variant == "transcode-planes",
-                                    queued=192 if variant == "transcode-held" else 64)
+                                    queued=192 if variant == "transcode-held" else 64,
+                                    staged=variant == "transcode-staged")
                 seconds = time.perf_counter() - start
             busy["detect_batches_alongside"] = batches[0]
         else:
             device = {"gpus": [0]} if args.device == "cuda" else {"device": "cpu"}
-            summary = restore_video(clip, out, **device, weights=args.weights, detector="retinaface-mobile",
-                                    detector_weights=args.detector_weights, preset=args.preset,
-                                    min_face=1e9 if variant == "no-faces" else 0.0,
-                                    strength=0.0 if variant == "strength-0" else 1.0,
-                                    batch_size=8 if variant == "batch-8" else 16,
-                                    encoder_threads=args.capped_threads if variant == "capped" else 0,
-                                    progress=False, overwrite=True)
+            with _timed_queue_waits() as waits:
+                summary = restore_video(clip, out, **device, weights=args.weights, detector="retinaface-mobile",
+                                        detector_weights=args.detector_weights, preset=args.preset,
+                                        min_face=1e9 if variant == "no-faces" else 0.0,
+                                        strength=0.0 if variant == "strength-0" else 1.0,
+                                        batch_size=8 if variant == "batch-8" else 16,
+                                        encoder_threads=args.capped_threads if variant == "capped" else 0,
+                                        progress=False, overwrite=True)
             fps, seconds = summary.fps, summary.seconds
             busy = {k: round(v / summary.seconds, 3) for k, v in summary.busy.items()}
+            busy.update({f"{name} waiting for its queue": round(s / summary.seconds, 3) for name, s in waits.items()})
     after = resource.getrusage(resource.RUSAGE_SELF)
     return {"variant": variant, "fps": round(fps, 1), "seconds": round(seconds, 2),
             "process_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-            "output_bytes": out.stat().st_size, "busy": busy, "thread_cpu_s": cpu.by_group()}
+            "output_bytes": out.stat().st_size, "busy": busy, "thread_cpu_s": cpu.by_group(),
+            "busiest_thread_s": cpu.busiest()}
 
 
 def main() -> None:

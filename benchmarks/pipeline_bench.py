@@ -33,6 +33,7 @@ from official_style import official_style_fps
 from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
+from gpen_video.restore import stage_planes
 from gpen_video.video.colour import frame_planes, planes_to_frame
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
 from gpen_video.video.encode import EncoderSettings, VideoWriter
@@ -75,16 +76,20 @@ def build_clip(source: Path, dest: Path, seconds: float, size: tuple[int, int] |
     return dest
 
 
-def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool = False, queued: int = 64) -> float:
+def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool = False, queued: int = 64,
+                  staged: bool = False) -> float:
     """Decode in one thread and encode in another, with the tool's own reader and writer, at most
     ``queued`` frames between them (with ``planes``, each frame is copied into a new frame in the
-    encoding thread, as restored frames were until session 10)."""
+    encoding thread, as restored frames were until session 10; with ``staged``, the decode thread
+    packs each frame into a pinned buffer, as the pipeline's does for its GPUs)."""
     container = open_input(src)
     writer = VideoWriter(dst, container, probe(src), settings)
     items: queue.Queue = queue.Queue(maxsize=queued)
 
     def decode() -> None:
         for item in demux(container, writer.copied_streams):
+            if staged and isinstance(item, SourceFrame):
+                item.staged = stage_planes(item.frame, pinned=torch.cuda.is_available())
             items.put(item)
         items.put(None)
 
@@ -123,6 +128,7 @@ _WHOLE_RUN = """
 import json, re, sys
 from pathlib import Path
 from gpen_video.api import restore_video
+from gpen_video.restore import stage_planes
 summary = restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
 peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
 print(json.dumps({"peak_rss_mib": peak / 1024, "fps": summary.fps}))

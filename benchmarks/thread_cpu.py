@@ -68,3 +68,11 @@ class ThreadCPU:
         for tid, (name, cpu) in self.last.items():
             groups[name] += cpu - self.start.get(tid, 0.0)
         return {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v > 0}
+
+    def busiest(self) -> dict[str, float]:
+        """The CPU seconds of each group's busiest thread: one near the run's length is a serial
+        bottleneck, however idle the group's other threads are."""
+        most: dict[str, float] = defaultdict(float)
+        for tid, (name, cpu) in self.last.items():
+            most[name] = max(most[name], cpu - self.start.get(tid, 0.0))
+        return {k: round(v, 2) for k, v in sorted(most.items(), key=lambda kv: -kv[1]) if v > 0}

@@ -91,8 +91,11 @@ def test_encoder_contention_smoke(tmp_path, golden):
     # The thread accounting names the pipeline's device worker, and adds up to no more than the process used.
     for row in rows.values():
         assert 0 < sum(row["thread_cpu_s"].values()) <= row["process_cpu_s"] + 0.1
+        assert row["busiest_thread_s"].keys() == row["thread_cpu_s"].keys()
+        assert all(row["busiest_thread_s"][k] <= v for k, v in row["thread_cpu_s"].items())
     assert rows["default"]["thread_cpu_s"]["worker-cpu"] > 0
     assert "restore[cpu]" not in rows["no-faces"]["busy"] and "restore[cpu]" in rows["default"]["busy"]
+    assert 0 < rows["default"]["busy"]["encode waiting for its queue"] < 1
 
 
 def test_compare_versions_smoke(tmp_path, golden):
