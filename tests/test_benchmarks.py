@@ -107,3 +107,13 @@ def test_compare_versions_smoke(tmp_path, golden):
         ("one-face", "batch4"), ("one-face", "new"), ("one-face", "old")]
     assert all(r["fps"] > 0 for r in rows)
     assert all(r["faces_per_s"] > 2 * r["fps"] for r in rows if r["clip"] == "crowd")  # the crowd's faces were found
+
+
+def test_staging_copy_smoke(tmp_path):
+    out = tmp_path / "rows.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/staging_copy.py"), "--smoke", "--json", str(out)],
+                   check=True, capture_output=True, text=True, cwd=ROOT)
+    rows = json.loads(out.read_text())
+    pinned = torch.cuda.is_available()
+    assert len(rows) == 2 * (5 if pinned else 2)  # every case, twice
+    assert all(0 < r["wall_ms"] and 0 <= r["cpu_ms"] for r in rows)
