@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from gpen_video.restore import stage_planes
-from gpen_video.video.colour import frame_planes
+from gpen_video.video.colour import frame_planes, pack_planes
 
 IN_FLIGHT = 150  # buffers held at once, about as many frames as the pipeline has in flight
 
@@ -36,14 +36,6 @@ def _frames(count: int, width: int, height: int) -> list[av.VideoFrame]:
             plane.update(rng.integers(0, 256, plane.buffer_size, dtype=np.uint8).tobytes())
         frames.append(frame)
     return frames
-
-
-def _copy_into(buffer: np.ndarray, frame: av.VideoFrame) -> np.ndarray:
-    offset = 0
-    for plane in frame_planes(frame):
-        np.copyto(buffer[offset : offset + plane.size].reshape(plane.shape), plane)
-        offset += plane.size
-    return buffer
 
 
 def _time(case: Callable[[int, av.VideoFrame], object], frames: list[av.VideoFrame], count: int) -> dict:
@@ -69,7 +61,7 @@ def main() -> None:
     total = sum(p.size for p in frame_planes(frames[0]))
     pageable = [np.zeros(total, np.uint8) for _ in range(IN_FLIGHT)]
     cases: dict[str, Callable[[int, av.VideoFrame], object]] = {
-        "copy into preallocated pageable buffers": lambda i, f: _copy_into(pageable[i % IN_FLIGHT], f),
+        "copy into preallocated pageable buffers": lambda i, f: pack_planes(f, pageable[i % IN_FLIGHT]),
         "stage_planes, pageable": lambda i, f: stage_planes(f, pinned=False),
     }
     if torch.cuda.is_available():
@@ -77,7 +69,7 @@ def main() -> None:
         cases = {
             "stage_planes, pinned (the pipeline's staging)": lambda i, f: stage_planes(f, pinned=True),
             "torch.empty(pin_memory=True) alone": lambda i, f: torch.empty(total, dtype=torch.uint8, pin_memory=True),
-            "copy into preallocated pinned buffers": lambda i, f: _copy_into(pinned[i % IN_FLIGHT].numpy(), f),
+            "copy into preallocated pinned buffers": lambda i, f: pack_planes(f, pinned[i % IN_FLIGHT].numpy()),
             **cases,
         }
     rows = []

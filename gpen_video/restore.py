@@ -29,7 +29,7 @@ from .faces.track import gray_thumbnails, thumbnail_means
 from .model import build_inference_model
 from .model.graphs import GraphedModel, padded
 from .transfer import Pending, to_host
-from .video.colour import frame_planes, packed_to_frame, unpack_planes
+from .video.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
 from .video.decode import OnDevice, SourceFrame
 
 log = logging.getLogger(__name__)
@@ -67,10 +67,7 @@ def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:
     each frame as it decodes it, so this copy is off the GPU worker's thread."""
     planes = frame_planes(frame)
     staged = torch.empty(sum(p.size for p in planes), dtype=_TORCH_DTYPE[planes[0].dtype], pin_memory=pinned)
-    offset = 0
-    for plane in planes:
-        np.copyto(staged.numpy()[offset : offset + plane.size].reshape(plane.shape), plane)
-        offset += plane.size
+    pack_planes(frame, staged.numpy())
     return staged
 
 

@@ -95,6 +95,13 @@ def unpack_planes(packed: Packed, like: av.VideoFrame) -> list[Packed]:
     return views
 
 
+def pack_planes(frame: av.VideoFrame, into: np.ndarray) -> np.ndarray:
+    """``into``, (total,), filled with ``frame``'s planes in the layout :func:`unpack_planes` reads."""
+    for dst, plane in zip(unpack_planes(into, frame), frame_planes(frame)):
+        np.copyto(dst, plane)
+    return into
+
+
 def packed_to_frame(packed: np.ndarray, like: av.VideoFrame) -> av.VideoFrame:
     """A frame of ``like``'s format, size and colour tags holding one packed buffer
     (:func:`unpack_planes`). For 8-bit 4:2:0 with an even height and a width that is a multiple of
