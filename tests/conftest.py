@@ -1,10 +1,13 @@
-"""Shared fixtures: the read-only reference data in ../shared, and the GPU switch."""
+"""Shared fixtures: the read-only reference data in ../shared, the GPU switch, and the checks
+that compare restored videos."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -82,3 +85,65 @@ def write_clip(path: Path, frames, rate: int = 25, pix_fmt: str = "yuv420p", opt
                 container.mux(packet)
         for packet in stream.encode(None):
             container.mux(packet)
+
+
+def paste_region(faces: list[dict], crop_size: int, height: int, width: int) -> np.ndarray:
+    """(H, W) bool: the pixels that the ``faces`` of one tracks-file frame can reach when pasted
+    back (each face's footprint from its smoothed landmarks), in the upright frame."""
+    from gpen_video.compose import Compositor
+    from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms
+
+    region = np.zeros((height, width), bool)
+    if not faces:
+        return region
+    landmarks = np.array([face["landmarks"] for face in faces], dtype=np.float64)
+    crop_to_frame = invert_affine(similarity_transforms(landmarks, reference_points(crop_size)))
+    for x0, y0, x1, y1 in Compositor(crop_size)._footprints(crop_to_frame, height, width):
+        region[y0:y1, x0:x1] = True
+    return region
+
+
+def decoded_planes(path: Path) -> list[list[np.ndarray]]:
+    """Every frame of ``path`` as its decoded planes (Y, Cb, Cr), copied out of FFmpeg's buffers."""
+    import av
+
+    from gpen_video.video.colour import frame_planes
+
+    with av.open(str(path)) as container:
+        return [[plane.copy() for plane in frame_planes(frame)] for frame in container.decode(video=0)]
+
+
+def _plane_region(region: np.ndarray, plane: np.ndarray) -> np.ndarray:
+    """``region`` (luma resolution) on a possibly subsampled plane: a sample counts as inside when
+    any pixel it covers is, as the paste-back's merge counts it."""
+    step_y, step_x = -(-region.shape[0] // plane.shape[0]), -(-region.shape[1] // plane.shape[1])  # odd sizes round up
+    padded = np.zeros((plane.shape[0] * step_y, plane.shape[1] * step_x), bool)
+    padded[: region.shape[0], : region.shape[1]] = region
+    return padded.reshape(plane.shape[0], step_y, plane.shape[1], step_x).any(axis=(1, 3))
+
+
+def assert_same_restoration(reference: Path, reference_tracks: Path, other: Path, other_tracks: Path,
+                            crop_size: int) -> None:
+    """Two restorations of one unrotated clip that differ only in how the work was split: the GPEN
+    batch size, the number of workers, the device. Floating-point convolution is not batch
+    invariant on every CPU, library build and GPU (its summation order follows the batch, the
+    thread count and the chosen kernel), so GPEN's outputs may differ by ~1e-5 and round a level
+    apart; nothing else may differ. So: the same frames; the same faces on each, at the same
+    timestamps, on the same tracks (landmarks to the tracks file's 1e-3 px rounding); every
+    sample outside the faces' paste regions bit-identical; inside them, within one level."""
+    frames_a = json.loads(Path(reference_tracks).read_text())["frames"]
+    frames_b = json.loads(Path(other_tracks).read_text())["frames"]
+    assert [(f["index"], f["time"]) for f in frames_a] == [(f["index"], f["time"]) for f in frames_b]
+    for a, b in zip(frames_a, frames_b):
+        assert [face["track"] for face in a["faces"]] == [face["track"] for face in b["faces"]], a["index"]
+        for face_a, face_b in zip(a["faces"], b["faces"]):
+            np.testing.assert_allclose(face_a["landmarks"], face_b["landmarks"], atol=2e-3)
+    planes_a, planes_b = decoded_planes(reference), decoded_planes(other)
+    assert len(planes_a) == len(planes_b) == len(frames_a)
+    for record_a, record_b, a, b in zip(frames_a, frames_b, planes_a, planes_b):
+        region = paste_region(record_a["faces"] + record_b["faces"], crop_size, *a[0].shape)
+        for plane_a, plane_b in zip(a, b, strict=True):
+            inside = _plane_region(region, plane_a)
+            assert np.array_equal(plane_a[~inside], plane_b[~inside]), f"frame {record_a['index']} outside its faces"
+            difference = np.abs(plane_a.astype(np.int32) - plane_b.astype(np.int32))
+            assert difference.max(initial=0) <= 1, f"frame {record_a['index']}: {difference.max()} levels apart"

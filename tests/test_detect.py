@@ -52,7 +52,16 @@ def test_batched_detection_equals_single_images(detector):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_detection_replayed_as_a_cuda_graph_finds_the_same_faces_without_waiting():
     """A GPU worker captures the detector for full batches and pads shorter ones to them: the
-    padding must not reach the faces, and a replay must not wait for the GPU."""
+    padding must not reach the faces, and a replay must not wait for the GPU.
+
+    The boxes agree to 0.1 px, not bit for bit. cuDNN picks a convolution algorithm per input
+    shape (here batch 4 in the graph against 2 eagerly) and different algorithms sum in different
+    orders; and fp32 convolutions run in TF32 on Ampere and later (torch's default
+    ``cudnn.allow_tf32``), whose operands keep 10 mantissa bits, a relative error of 2^-11. A box
+    edge is its anchor's centre plus the regressed offset times 0.1 x the anchor's size (up to
+    512 px), and the offsets are of order one: a relative error of ~1e-3 in them moves an edge by
+    up to ~0.05 px (0.012 px was seen on an H200). 0.1 px is twice that, and a thousandth of a
+    100 px face: no crop moves visibly."""
     solvay = read_rgb("whole_Solvay_conference_1927.png")
     frames = torch.as_tensor(np.stack([solvay, np.ascontiguousarray(solvay[:, ::-1])])).cuda().permute(0, 3, 1, 2)
     weights = shared_file("weights/retinaface_mobilenet0.25.pth")
@@ -67,7 +76,8 @@ def test_detection_replayed_as_a_cuda_graph_finds_the_same_faces_without_waiting
     found = pending.result()
     assert [len(fs) for fs in found] == [len(fs) for fs in eager] and len(found[0]) >= 25
     for faces, reference in zip(found, eager):
-        np.testing.assert_allclose([f.box for f in faces], [f.box for f in reference], atol=0.01)
+        np.testing.assert_allclose([f.box for f in faces], [f.box for f in reference], atol=0.1)
+        np.testing.assert_allclose([f.landmarks for f in faces], [f.landmarks for f in reference], atol=0.1)
 
 
 def _facexlib_retinaface():
