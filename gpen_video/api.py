@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -19,10 +20,12 @@ from .faces.tracks_file import TracksWriter
 from .pipeline import Pipeline
 from .restore import DeviceSettings, DeviceWorker
 from .video.decode import InputError, open_input, probe
-from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter, partial_path
+from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter
+from .video.outputs import OutputClaim, partial_path
 from .video.segments import SEGMENT_FRAMES, SegmentedWriter, SegmentStore, work_dir_for
 from .weights import DEFAULT_MODEL, load_gpen_weights
 
+log = logging.getLogger(__name__)
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
@@ -41,6 +44,7 @@ class Summary:
     warnings: list[str] = field(default_factory=list)
     damaged: int = 0  # input frames decoded with errors or repeated in place of undecodable ones
     resumed_at: int = 0  # the first frame this run encoded (--resume)
+    truncated: str = ""  # why the input ended early (--allow-truncated), or ""
 
     @property
     def fps(self) -> float:
@@ -52,6 +56,8 @@ class Summary:
                  f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
         if self.resumed_at:
             lines.append(f"resumed at frame {self.resumed_at}: the frames before it came from the work directory")
+        if self.truncated:
+            lines.append(f"warning: {self.truncated}; every frame that decodes was restored")
         if self.damaged:
             lines.append(f"warning: {self.damaged} frame(s) of the input were damaged: decoded with errors, "
                          f"or the previous frame repeated where one could not be decoded")
@@ -129,7 +135,8 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                   crf: int | None = None, preset: str | None = None, pix_fmt: str | None = None,
                   encoder_threads: int = 0,
                   tracks_out: str | Path | None = None, overwrite: bool = False, progress: bool = True,
-                  resume: bool = False, segment_frames: int = SEGMENT_FRAMES, workers_per_device: int = 1) -> Summary:
+                  resume: bool = False, segment_frames: int = SEGMENT_FRAMES, workers_per_device: int = 1,
+                  allow_truncated: bool = False, strict: bool = False) -> Summary:
     """Restore every face in ``input`` and write ``output``; audio, timing and metadata are kept.
 
     With ``resume`` the video is encoded in segments of ``segment_frames`` frames kept in a work
@@ -137,6 +144,9 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
 
     ``workers_per_device`` > 1 runs several workers on each device (each with its own model
     replica); it exists to exercise multi-worker dispatch where only one device is at hand.
+
+    A cut-off input is refused unless ``allow_truncated``; with ``strict`` anything of the input
+    the output cannot keep (a stream, a flag, alpha, bit depth) is refused instead of warned about.
 
     Returns the :class:`Summary`. Raises ``InputError``, ``OutputError``, ``UsageError`` or
     ``WeightsError`` (one-line messages) before any output exists when something cannot work.
@@ -154,11 +164,15 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                          detector_weights=detector_weights, threshold=threshold, min_face=min_face,
                          max_faces=max_faces)
     info = probe(input)
+    if info.truncated:
+        if not allow_truncated:
+            raise InputError(f"{info.truncated}; pass --allow-truncated to restore what is there")
+        log.warning("%s; restoring every frame that decodes", info.truncated)
     container = open_input(input)
     try:
         encoder_settings = EncoderSettings(codec=codec, crf=crf, preset=preset, pix_fmt=pix_fmt,
-                                           threads=encoder_threads)
-        writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, encoder_settings)
+                                           threads=encoder_threads, strict=strict)
+        writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, encoder_settings, overwrite)
         tracks = None
         try:
             # After the writer, which checks the encoder settings: a wrong option must not cost a
@@ -187,7 +201,8 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
 
             tracker = FaceTracker() if smooth is None else FaceTracker(smooth=smooth)
             pipeline = Pipeline(container, writer, workers, tracker, batch_frames=batch_size,
-                                tracks=tracks, on_frame=on_frame, start_frame=start_frame)
+                                tracks=tracks, on_frame=on_frame, start_frame=start_frame,
+                                allow_truncated=allow_truncated, truncated=info.truncated)
             try:
                 result = pipeline.run()
             finally:
@@ -202,7 +217,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
     memory = [f"{w.device}: out of memory {w.out_of_memory} time(s), GPEN batch lowered to {w.face_batch}"
               for w in workers if w.out_of_memory]
     return Summary(output, result.frames, result.faces, result.frames_with_faces, result.seconds, result.busy,
-                   writer.warnings + memory, result.damaged, start_frame)
+                   writer.warnings + memory, result.damaged, start_frame, result.truncated)
 
 
 def restore_image(input: str | Path, output: str | Path, *, device: str | None = None,
@@ -223,20 +238,22 @@ def restore_image(input: str | Path, output: str | Path, *, device: str | None =
     if bgr is None:
         raise InputError(f"cannot read {input} as an image")
     start = time.perf_counter()
-    state_dict, _ = load_gpen_weights(model, weights, progress)
-    worker = DeviceWorker(state_dict, settings)
-    rgb = np.ascontiguousarray(bgr[:, :, ::-1])
-    frame = torch.from_numpy(rgb).to(worker.device).permute(2, 0, 1)[None].float()
-    found = worker.detector.detect_rgb(frame)[0]
-    tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
-    restored, _ = worker.restore_rgb(frame, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])
-    image = restored[0].permute(1, 2, 0).to(torch.uint8).cpu().numpy()
+    claim = OutputClaim(output, overwrite)
     tmp = partial_path(output)
     try:
+        state_dict, _ = load_gpen_weights(model, weights, progress)
+        worker = DeviceWorker(state_dict, settings)
+        rgb = np.ascontiguousarray(bgr[:, :, ::-1])
+        frame = torch.from_numpy(rgb).to(worker.device).permute(2, 0, 1)[None].float()
+        found = worker.detector.detect_rgb(frame)[0]
+        tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
+        restored, _ = worker.restore_rgb(frame, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])
+        image = restored[0].permute(1, 2, 0).to(torch.uint8).cpu().numpy()
         if not cv2.imwrite(str(tmp), np.ascontiguousarray(image[:, :, ::-1])):
             raise OutputError(f"cannot write {output}")
-        os.replace(tmp, output)
+        claim.publish(tmp)
     finally:
+        claim.release()
         tmp.unlink(missing_ok=True)
     if tracks_out:
         writer = TracksWriter(Path(tracks_out))

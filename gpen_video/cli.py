@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from . import __version__
-from .faces.detect import DEFAULT_DETECTOR, DETECTORS
-from .model.fast import PRECISIONS
-from .video.segments import SEGMENT_FRAMES
-from .weights import DEFAULT_MODEL, OFFICIAL_MODELS
 
 EXAMPLES = """examples:
   gpen-video talk.mp4 talk_restored.mp4                 restore on the first GPU (or the CPU)
@@ -39,6 +36,13 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here, not at the top: they bring in torch, and a Ctrl-C during those seconds must
+    # already find main's handler in place.
+    from .faces.detect import DEFAULT_DETECTOR, DETECTORS
+    from .model.fast import PRECISIONS
+    from .video.segments import SEGMENT_FRAMES
+    from .weights import DEFAULT_MODEL, OFFICIAL_MODELS
+
     p = argparse.ArgumentParser(
         prog="gpen-video", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
@@ -72,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     enc.add_argument("--pix-fmt", help="output pixel format (default: the input's, when the codec takes it)")
     enc.add_argument("--encoder-threads", type=int, default=0,
                      help="encoder threads (default 0: the encoder's own choice, about 1.5 per core for x264)")
+    enc.add_argument("--strict", action="store_true",
+                     help="refuse, before any work, anything of the input the output cannot keep "
+                          "(a stream, flag, alpha, bit depth) instead of warning about it")
+    p.add_argument("--allow-truncated", action="store_true",
+                   help="restore every frame a cut-off input still holds, instead of refusing it")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     p.add_argument("--resume", action="store_true",
                    help="encode in segments kept beside OUTPUT; after a crash, the same command with --resume "
@@ -84,11 +93,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .api import IMAGE_EXTENSIONS, restore_image, restore_video
-
-    args = build_parser().parse_args(argv)
     signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before the job started (while the imports ran, say): nothing to keep
+        print("gpen-video: interrupted; nothing was written", file=sys.stderr, flush=True)
+        # An interrupt inside code that an extension ran while importing marks the interpreter as
+        # ended by an unhandled Ctrl-C even though it was handled here, and CPython would then
+        # kill itself with SIGINT on exit instead of returning 130. Nothing is open to clean up yet.
+        os._exit(130)
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    from .api import IMAGE_EXTENSIONS, restore_image, restore_video
+
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
     common = dict(gpus=args.gpus, device=args.device, model=args.model, weights=args.weights,
@@ -103,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             summary = restore_video(args.input, args.output, batch_size=args.batch_size, compile=args.compile,
                                     smooth=args.smooth, codec=args.codec, crf=args.crf, preset=args.preset,
                                     pix_fmt=args.pix_fmt, encoder_threads=args.encoder_threads,
-                                    resume=args.resume, segment_frames=args.segment_frames, **common)
+                                    resume=args.resume, segment_frames=args.segment_frames,
+                                    allow_truncated=args.allow_truncated, strict=args.strict, **common)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
         print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)

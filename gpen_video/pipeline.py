@@ -32,7 +32,7 @@ from .faces.track import FaceTracker, TrackedFrame
 from .faces.tracks_file import TracksWriter
 from .restore import DeviceWorker, Restored, stage_planes
 from .transfer import Pending
-from .video.decode import SourceFrame, demux
+from .video.decode import DecodeReport, SourceFrame, demux
 from .video.encode import VideoWriter
 from .video.segments import SegmentedWriter
 
@@ -67,6 +67,7 @@ class PipelineResult:
     damaged: int  # frames the input could not decode cleanly (see SourceFrame.damage)
     seconds: float
     busy: dict[str, float]
+    truncated: str  # why the video ended before the container said it would, or ""
 
 
 class _Tasks:
@@ -143,8 +144,10 @@ class Pipeline:
     def __init__(self, container: av.container.InputContainer, writer: VideoWriter | SegmentedWriter,
                  workers: list[DeviceWorker], tracker: FaceTracker, batch_frames: int,
                  tracks: TracksWriter | None = None, on_frame: Callable[[int, int], None] | None = None,
-                 start_frame: int = 0) -> None:
+                 start_frame: int = 0, allow_truncated: bool = False, truncated: str = "") -> None:
         self.container = container
+        self.allow_truncated = allow_truncated
+        self.report = DecodeReport(truncated)  # the cut found in the file's index, if any
         self.writer = writer
         self.workers = workers
         self.tracker = tracker
@@ -219,7 +222,8 @@ class Pipeline:
     def _decode(self) -> None:
         # Closed here, in this thread, however it ends: a demux generator finalised later, after its
         # container is closed, would touch freed FFmpeg state.
-        with contextlib.closing(demux(self.container, self.writer.copied_streams)) as items:
+        with contextlib.closing(demux(self.container, self.writer.copied_streams, self.allow_truncated,
+                                      self.report)) as items:
             self._decode_from(items)
 
     def _decode_from(self, items: Iterator[SourceFrame | av.Packet]) -> None:
@@ -415,7 +419,8 @@ class Pipeline:
         if self.tracks is not None:
             self.tracks.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
-                              self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy))
+                              self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy),
+                              self.report.truncated)
 
     def _shut_down(self, threads: list[threading.Thread]) -> None:
         """Stop every stage and wait for it, even through another Ctrl-C, before the files go:

@@ -154,7 +154,7 @@ class DeviceWorker:
             # back, which the tracker needed to send this restoration).
             for tensor in (t for k in kept for t in (*k.planes, k.rgb)):
                 tensor.record_stream(torch.cuda.current_stream(self.device))
-        planes = [torch.stack([k.planes[p] for k in kept]) for p in range(3)]
+        planes = [torch.stack(plane) for plane in zip(*(k.planes for k in kept))]
         return planes, torch.stack([k.rgb for k in kept]).float()
 
     def _download(self, planes: list[torch.Tensor]) -> torch.Tensor:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from . import corpus
 from .conftest import shared_file
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
@@ -197,3 +198,110 @@ def test_damaged_input_keeps_every_frame_and_reports_the_damage(small_gpen, tmp_
     assert len(frame_times) == len(packet_times) == 100
     assert frame_times == packet_times
     assert damaged.read_bytes() == bytes(data)  # the input is untouched
+
+
+def _frame_count(path: Path) -> int:
+    with av.open(str(path)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
+@pytest.mark.parametrize("kind", ["mp4 index at the front", "mkv"])
+def test_a_cut_file_is_refused_unless_allowed_and_then_every_whole_frame_is_restored(kind, small_gpen, tmp_path):
+    """Cut at half its bytes, as a copy or download that stopped. An MP4 whose index comes first
+    says how much is missing before any work; a Matroska file shows it once decoding ends."""
+    video = shared_file("media/videos/multi_face_event_video_01.mp4")  # 90 frames, 3.04 s
+    if kind == "mkv":
+        whole = tmp_path / "whole.mkv"
+        with av.open(str(video)) as src, av.open(str(whole), "w") as out:
+            pairs = {s.index: out.add_stream_from_template(s) for s in src.streams}
+            for packet in src.demux():
+                if packet.dts is not None:
+                    packet.stream = pairs[packet.stream.index]
+                    out.mux(packet)
+    else:
+        whole = corpus.faststart_copy(tmp_path / "whole.mp4", video)
+    src = corpus.cut(tmp_path / f"cut{whole.suffix}", whole, 0.5)
+    before = _digest(src)
+    out = tmp_path / "out.mkv"
+    run = _run(src, out, "--codec", "ffv1", weights=small_gpen)
+    assert run.returncode == 1
+    lines = [line for line in run.stderr.splitlines() if line.startswith("gpen-video:")]  # past the progress bar
+    assert len(lines) == 1 and lines[0].startswith(f"gpen-video: error: {src} is truncated: "), run.stderr
+    assert lines[0].endswith("; pass --allow-truncated to restore what is there")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([whole.name, src.name])
+    allowed = _run(src, out, "--codec", "ffv1", "--allow-truncated", weights=small_gpen)
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"{src} is truncated" in allowed.stderr
+    # Every frame that decodes on its own (libavcodec, one thread, the cut packet left out) is there.
+    with av.open(str(src)) as container:
+        stream = container.streams.video[0]
+        decodable = 0
+        for packet in container.demux(stream):
+            if packet.is_corrupt:
+                continue
+            try:
+                decodable += len(packet.decode())
+            except av.InvalidDataError:
+                pass
+    assert 20 < decodable < 90
+    assert _frame_count(out) == decodable
+    assert _digest(src) == before
+
+
+def test_a_stream_that_changes_size_is_refused_at_the_change(small_gpen, tmp_path):
+    src = corpus.size_change_ts(tmp_path / "broadcast.ts")
+    run = _run(src, tmp_path / "out.mp4", weights=small_gpen)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"gpen-video: error: {src}: the video changes size from 320x240 to 480x360 at 0.400 s (frame 10); "
+        "cut it into parts of one size first")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broadcast.ts"]
+
+
+def test_a_second_job_on_the_same_output_is_refused_at_once(small_gpen, tmp_path):
+    """One OUTPUT, one job: the second is refused while the first runs; with --overwrite both
+    finish and the last to finish wins."""
+    out = tmp_path / "out.mp4"
+    first = subprocess.Popen([sys.executable, "-m", "gpen_video.cli", str(SAMPLE), str(out), "--device", "cpu",
+                              "--weights", str(small_gpen), "--detector", "retinaface-mobile", "--detector-weights",
+                              str(shared_file("weights/retinaface_mobilenet0.25.pth"))],
+                             stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while not re.search(r"\| [1-9]\d*/100 ", seen):  # the first job is writing
+        seen += first.stderr.read(1)
+        assert first.poll() is None, seen
+    second = _run(SAMPLE, out, weights=small_gpen)
+    assert second.returncode == 1
+    assert second.stderr.strip() == (f"gpen-video: error: another gpen-video job is writing {out}; wait for it, "
+                                     f"or pass --overwrite to let the last job to finish win")
+    first.stderr.read()
+    assert first.wait(timeout=300) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4"]  # no lock or partial file left behind
+    assert _run(SAMPLE, out, weights=small_gpen).returncode == 1  # it exists now
+    racing = [subprocess.Popen([sys.executable, "-m", "gpen_video.cli", str(SAMPLE), str(out), "--overwrite",
+                                "--device", "cpu", "--weights", str(small_gpen), "--detector", "retinaface-mobile",
+                                "--detector-weights", str(shared_file("weights/retinaface_mobilenet0.25.pth")),
+                                "--quiet"], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    assert [p.wait(timeout=300) for p in racing] == [0, 0]
+    assert _frame_count(out) == 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.mp4"]
+
+
+def test_ctrl_c_half_a_second_in_is_one_line_and_exit_130(small_gpen, tmp_path):
+    """At 0.5 s the command is still importing torch: the interrupt must still be one line. (It
+    waits, past 0.5 s if need be, until torch's library is loading, so a slow start of the
+    interpreter itself, before any of our code runs, cannot make it flaky.)"""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "gpen_video.cli", str(SAMPLE), str(tmp_path / "out.mp4"),
+                             "--device", "cpu", "--weights", str(small_gpen)], stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    maps = Path(f"/proc/{proc.pid}/maps")
+    while proc.poll() is None and "libtorch" not in maps.read_text():
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip() == "gpen-video: interrupted; nothing was written"
+    assert list(tmp_path.iterdir()) == []

@@ -38,20 +38,23 @@ def matrix_tag(frame: av.VideoFrame) -> int:
 
 
 def is_planar_yuv(fmt: av.VideoFormat) -> bool:
-    """Three planes Y, Cb, Cr of native-endian integers: what :class:`PlaneLayout` handles."""
+    """Three planes Y, Cb, Cr of native-endian integers, and maybe a fourth of alpha: what
+    :class:`PlaneLayout` handles (alpha passes through untouched: faces change colour, not opacity)."""
     components = fmt.components
-    return (fmt.name.startswith("yuv") and not fmt.name.endswith("be") and len(components) == 3
-            and [c.plane for c in components] == [0, 1, 2] and all(c.bits <= 16 for c in components))
+    planes = [c.plane for c in components]
+    return (fmt.name.startswith("yuv") and not fmt.name.endswith("be") and planes in ([0, 1, 2], [0, 1, 2, 3])
+            and all(c.bits <= 16 for c in components) and not components[2].is_alpha)
 
 
 def as_planar_yuv(frame: av.VideoFrame) -> av.VideoFrame:
-    """``frame`` itself if planar YUV, else converted on the CPU (RGB and grey sources become 4:4:4)
-    with the frame's matrix, tagged so the conversion back uses the same one."""
+    """``frame`` itself if planar YUV, else converted on the CPU (RGB and grey sources become 4:4:4,
+    with alpha if they have it) with the frame's matrix, tagged so the conversion back uses the same one."""
     if is_planar_yuv(frame.format):
         return frame
     name = frame.format.name
     deep = max(c.bits for c in frame.format.components) > 8
-    target = _PLANAR_EQUIVALENT.get(name, "yuv444p16le" if deep else "yuv444p")
+    alpha = "a" if any(c.is_alpha for c in frame.format.components) else ""
+    target = _PLANAR_EQUIVALENT.get(name, f"yuv{alpha}444p16le" if deep else f"yuv{alpha}444p")
     matrix = matrix_tag(frame)
     full = frame.color_range == _FULL_RANGE or frame.format.is_rgb
     converted = frame.reformat(format=target, src_colorspace=matrix, dst_colorspace=matrix,
@@ -74,13 +77,21 @@ def _samples(plane: torch.Tensor) -> torch.Tensor:
     return plane.float()
 
 
-def planes_to_frame(planes: list[np.ndarray], like: av.VideoFrame) -> av.VideoFrame:
-    """A new frame of ``like``'s format, size and colour tags holding ``planes``."""
-    frame = av.VideoFrame(like.width, like.height, like.format.name)
+def planes_to_frame(planes: list[np.ndarray], like: av.VideoFrame, format: str | None = None) -> av.VideoFrame:
+    """A new frame of ``like``'s size and colour tags (and format, unless ``format`` names another
+    with the same planes) holding ``planes``."""
+    frame = av.VideoFrame(like.width, like.height, format or like.format.name)
     for plane, samples in zip(frame.planes, planes):
         dst = np.frombuffer(memoryview(plane), samples.dtype).reshape(plane.height, -1)[:, : plane.width]
         np.copyto(dst, samples)
+    return copy_colour_tags(like, frame)
+
+
+def copy_colour_tags(like: av.VideoFrame, frame: av.VideoFrame) -> av.VideoFrame:
+    """``frame`` tagged with ``like``'s matrix, range, primaries and transfer: encoders write each
+    frame's tags into its header (ProRes does), so a restored frame must carry the decoded one's."""
     frame.colorspace, frame.color_range = like.colorspace, like.color_range
+    frame.color_primaries, frame.color_trc = like.color_primaries, like.color_trc
     return frame
 
 
@@ -110,9 +121,7 @@ def packed_to_frame(packed: np.ndarray, like: av.VideoFrame) -> av.VideoFrame:
     per 1080p frame, CPU time and memory traffic the encoder's threads share. Other layouts are
     copied into a new frame."""
     if like.format.name in ("yuv420p", "yuvj420p") and like.width % 64 == 0 and like.height % 2 == 0:
-        frame = av.VideoFrame.from_numpy_buffer(packed.reshape(-1, like.width), like.format.name)
-        frame.colorspace, frame.color_range = like.colorspace, like.color_range
-        return frame
+        return copy_colour_tags(like, av.VideoFrame.from_numpy_buffer(packed.reshape(-1, like.width), like.format.name))
     return planes_to_frame(unpack_planes(packed, like), like)
 
 
@@ -181,13 +190,14 @@ class PlaneLayout:
 
     def merge(self, new: list[torch.Tensor], old: list[torch.Tensor], changed: torch.Tensor) -> list[torch.Tensor]:
         """``new`` samples where ``changed`` (N, H, W upright bool) reaches them, else ``old``: a
-        chroma sample counts as changed when any pixel it covers changed."""
+        chroma sample counts as changed when any pixel it covers changed. An alpha plane is ``old``'s."""
         if self.quarter_turns:
             changed = torch.rot90(changed, -self.quarter_turns, dims=(1, 2))
         mask = changed[:, None].float()
         kernel = (2 ** self.chroma_shift[0], 2 ** self.chroma_shift[1])
         cover = F.max_pool2d(mask, kernel, ceil_mode=True)[:, 0] > 0 if kernel != (1, 1) else changed
-        return [torch.where(changed, new[0], old[0])] + [torch.where(cover, n, o) for n, o in zip(new[1:], old[1:])]
+        return ([torch.where(changed, new[0], old[0])] + [torch.where(cover, n, o) for n, o in zip(new[1:3], old[1:3])]
+                + old[3:])
 
 
 def to_rgb(frame: av.VideoFrame, layout: PlaneLayout | None = None) -> np.ndarray:

@@ -5,6 +5,7 @@ other streams' packets)."""
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
@@ -15,6 +16,9 @@ import numpy as np
 import torch
 
 from .colour import PlaneLayout, as_planar_yuv, frame_planes, planes_to_frame, to_rgb
+from .streams import is_cover_art
+
+log = logging.getLogger(__name__)
 
 
 class InputError(RuntimeError):
@@ -67,6 +71,9 @@ class VideoInfo:
     frames: int | None  # from the container header; may be missing or approximate
     duration: float | None
     pix_fmt: str
+    #: Why the file is cut short, from its index (MP4/MOV list every packet's place in the file),
+    #: or "" when every indexed packet is there; a cut that only decoding reveals is found by demux.
+    truncated: str = ""
 
     @property
     def fps(self) -> float:
@@ -86,11 +93,23 @@ def open_input(path: str | Path) -> av.container.InputContainer:
         container = av.open(str(path))
     except av.FFmpegError as exc:
         raise InputError(f"cannot read {path} as a video: {exc.strerror or exc}") from None
-    if not container.streams.video:
+    try:
+        stream = video_stream(container)
+    except InputError:
         container.close()
-        raise InputError(f"{path} has no video stream")
-    container.streams.video[0].thread_type = "AUTO"  # frame and slice threads: decoding is a CPU stage
+        raise
+    stream.thread_type = "AUTO"  # frame and slice threads: decoding is a CPU stage
     return container
+
+
+def video_stream(container: av.container.Container) -> av.video.stream.VideoStream:
+    """The video to restore: the first video stream that is not cover art (an MP3's or an MP4's
+    artwork is a one-picture "video" stream)."""
+    for stream in container.streams.video:
+        if not is_cover_art(stream):
+            return stream
+    artwork = " (only cover art)" if container.streams.video else ""
+    raise InputError(f"{container.name} has no video stream{artwork}")
 
 
 def probe(path: str | Path) -> VideoInfo:
@@ -100,7 +119,7 @@ def probe(path: str | Path) -> VideoInfo:
     packets before time zero (such as AAC priming), and they must be copied too.
     """
     with open_input(path) as container:
-        stream = container.streams.video[0]
+        stream = video_stream(container)
         try:
             first = next(container.decode(stream))
         except (StopIteration, av.FFmpegError) as exc:
@@ -109,11 +128,52 @@ def probe(path: str | Path) -> VideoInfo:
         width, height = (first.height, first.width) if round(rotation / 90) % 2 else (first.width, first.height)
         duration = float(stream.duration * stream.time_base) if stream.duration else None
         return VideoInfo(Path(path), width, height, rotation, stream.time_base, stream.average_rate,
-                         stream.frames or None, duration, first.format.name)
+                         stream.frames or None, duration, first.format.name, _cut_from_index(stream, path))
 
 
-def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
+def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:
+    """How much of the video the file's index lists beyond its end (a copy or download that
+    stopped half-way), in words; "" when all of it is there or the container keeps no index."""
+    entries = stream.index_entries
+    size = Path(path).stat().st_size
+    if not entries or entries[-1].pos + entries[-1].size <= size:
+        return ""
+    whole = sum(entry.pos + entry.size <= size for entry in entries)
+    missing = len(entries) - whole
+    return (f"{path} is truncated: {missing} of its {len(entries)} video frames lie past the end of the file "
+            f"({size} bytes of at least {entries[-1].pos + entries[-1].size})")
+
+
+@dataclass
+class DecodeReport:
+    """How the input turned out to end, filled in by :func:`demux`."""
+
+    truncated: str = ""  # why the video ends before the container says it does (known beforehand, or found)
+
+
+def _declared_end(container: av.container.InputContainer, video: av.video.stream.VideoStream) -> float | None:
+    """Where the container says the video ends, in seconds: the stream's own duration (MP4, or
+    Matroska's per-track DURATION tag), else the file's."""
+    start = float(video.start_time * video.time_base) if video.start_time is not None else 0.0
+    if video.duration:
+        return start + float(video.duration * video.time_base)
+    tag = video.metadata.get("DURATION")
+    if tag:
+        hours, minutes, seconds = tag.split(":")
+        return float(hours) * 3600 + float(minutes) * 60 + float(seconds)
+    if container.duration:
+        return float(container.duration) / 1e6 + (float(container.start_time) / 1e6 if container.start_time else 0.0)
+    return None
+
+
+def demux(container: av.container.InputContainer, copy_streams: set[int], allow_truncated: bool = False,
+          report: DecodeReport | None = None) -> Iterator[SourceFrame | av.Packet]:
     """Decoded video frames of the first video stream, and the packets of ``copy_streams``, in file order.
+
+    Every frame must have the first one's size: a stream that changes size part-way is refused at
+    the first frame that differs. A video that ends well before the container says it does (a
+    cut file) is an :class:`InputError` at its end, or with ``allow_truncated`` noted in
+    ``report``; the packet the cut runs through is dropped, whole frames are all kept.
 
     Damage does not stop decoding. A frame decoded with concealed errors is marked "corrupt". A
     frame whose packet could not be decoded is replaced by the previous frame at the lost frame's
@@ -122,7 +182,7 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
     only while decode failures are unaccounted for, since some packets carry no frame of their
     own (a second field, a skipped frame).
     """
-    video = container.streams.video[0]
+    video = video_stream(container)
     streams = [video] + [s for s in container.streams if s.index in copy_streams]
     expected: list[int] = []  # presentation times of video packets whose frames have not come out
     last: SourceFrame | None = None
@@ -144,11 +204,16 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
             stood_in = pts
             index += 1
 
+    file_size = Path(container.name).stat().st_size
+    size: tuple[int, int] | None = None
+    last_end = 0.0  # where the latest frame's display ends, in seconds
     for packet in container.demux(streams):
         if packet.stream.index != video.index:
             if packet.dts is not None:
                 yield packet
             continue
+        if packet.is_corrupt and packet.size and packet.pos + packet.size >= file_size:
+            continue  # cut off by the end of the file: a frame threaded decoder would lose one before it too
         if packet.pts is not None and not packet.is_discard:
             bisect.insort(expected, packet.pts)
         try:
@@ -163,12 +228,31 @@ def demux(container: av.container.InputContainer, copy_streams: set[int]) -> Ite
                 yield from stand_ins(frame.pts)
                 if expected and expected[0] == frame.pts:
                     expected.pop(0)
+            if size is None:
+                size = (frame.width, frame.height)
+            elif (frame.width, frame.height) != size:
+                raise InputError(f"{container.name}: the video changes size from {size[0]}x{size[1]} to "
+                                 f"{frame.width}x{frame.height} at {float(frame.time or 0):.3f} s (frame {index}); "
+                                 f"cut it into parts of one size first")
             planar = as_planar_yuv(frame)
             last = SourceFrame(index, planar, PlaneLayout.of(planar, frame.rotation),
                                damage="corrupt" if frame.is_corrupt else "")
+            if frame.time is not None:
+                last_end = max(last_end, float(frame.time) + float((frame.duration or 0) * frame.time_base))
             yield last
             index += 1
     yield from stand_ins(None)
+    declared = _declared_end(container, video)
+    frame_time = 1 / float(video.average_rate) if video.average_rate else 0.04
+    already_known = report is not None and report.truncated
+    if declared is not None and declared - last_end > 2 * frame_time + 0.05 and not already_known:
+        message = (f"{container.name} is truncated: its video stops at {last_end:.3f} s, but the file says "
+                   f"{declared:.3f} s ({declared - last_end:.3f} s missing)")
+        if not allow_truncated:
+            raise InputError(f"{message}; pass --allow-truncated to restore what is there")
+        log.warning("%s; every frame that decodes was restored", message)
+        if report is not None:
+            report.truncated = message
 
 
 def read_frames(path: str | Path, limit: int | None = None) -> Iterator[SourceFrame]:

@@ -6,32 +6,24 @@ face touched are the decoded ones, so they stay bit-identical with a lossless co
 
 from __future__ import annotations
 
-import glob
 import logging
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import av
 
-from .decode import SourceFrame, VideoInfo
+from .colour import copy_colour_tags, frame_planes, planes_to_frame
+from .decode import SourceFrame, VideoInfo, video_stream
+from .formats import choose_encoder, pick_pix_fmt
+from .outputs import OutputClaim, partial_path, remove_stale_partials
+from .streams import CompanionStreams, ContainerRules
 
 log = logging.getLogger(__name__)
 
 
 class OutputError(RuntimeError):
     """The output cannot be written as asked. The message is one line."""
-
-
-#: Container (by extension) -> video codecs it can hold, audio codecs it can hold (None: any),
-#: subtitle codecs it can hold, and the audio codec to re-encode to when a copy is impossible.
-@dataclass(frozen=True)
-class ContainerRules:
-    video: frozenset[str]
-    audio: frozenset[str] | None
-    subtitles: frozenset[str]
-    fallback_audio: str
 
 
 _MP4_AUDIO = frozenset({"aac", "mp3", "alac", "ac3", "eac3", "opus", "flac"})
@@ -44,119 +36,67 @@ CONTAINERS = {
                            frozenset({"subrip", "ass", "ssa", "webvtt"}), "aac"),
     ".webm": ContainerRules(frozenset({"vp9", "av1"}), frozenset({"opus", "vorbis"}), frozenset({"webvtt"}), "libopus"),
 }
-DEFAULT_CODEC = {".mp4": "libx264", ".mov": "libx264", ".mkv": "libx264", ".webm": "libvpx-vp9"}
 #: Visually lossless defaults per encoder family.
 DEFAULT_CRF = {"libx264": 18, "libx265": 20, "libvpx-vp9": 20, "libsvtav1": 24}
 DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hevc_nvenc": "p5", "libsvtav1": "8"}
+#: Codec tags kept from the input when the output has the same codec: Apple's players play HEVC
+#: only as ``hvc1`` (parameter sets in the header), which FFmpeg would write as ``hev1``.
+_KEPT_TAGS = frozenset({"hvc1", "hev1", "avc1", "avc3"})
 
 
 @dataclass
 class EncoderSettings:
-    codec: str | None = None  # None: the container's default
+    codec: str | None = None  # None: the input's own codec where the container holds it
     crf: int | None = None  # None: the codec's visually lossless default
     preset: str | None = None
-    pix_fmt: str | None = None  # None: the input's, when the codec takes it
+    pix_fmt: str | None = None  # None: the input's, or the one the encoder takes that loses least of it
     threads: int = 0  # 0: FFmpeg decides
+    strict: bool = False  # anything of the input the output cannot keep is an error, not a warning
     #: "AUTO", as the ffmpeg command line: x264 encodes several frames at once. PyAV's default,
     #: "SLICE", splits each frame across the threads instead: 1.8x slower at 1080p on 16 cores,
     #: and larger files (BENCHMARKS.md, run K).
     thread_type: str = "AUTO"
 
 
-def _pick_pix_fmt(codec: av.codec.Codec, wanted: str) -> str:
-    """The input's pixel format if the codec takes it, else one of the same bit depth."""
-    formats = [f.name for f in codec.video_formats or []]
-    if not formats or wanted in formats:
-        return wanted
-    deep = any(tag in wanted for tag in ("10", "12", "16"))
-    same_depth = [f for f in formats if any(tag in f for tag in ("10", "12", "16")) == deep and f.startswith("yuv")]
-    return (same_depth or formats)[0]
-
-
-_AUDIO_BIT_RATE = 256_000
-
-
-class _AudioTranscoder:
-    """Re-encodes an audio stream the output container cannot hold (e.g. PCM into MP4)."""
-
-    def __init__(self, container: av.container.OutputContainer, source: av.stream.Stream, codec: str) -> None:
-        self.source = source
-        rate = 48000 if codec == "libopus" else source.rate  # Opus runs at 48 kHz
-        self.stream = container.add_stream(codec, rate=rate)
-        self.stream.layout = source.layout
-        self.stream.bit_rate = _AUDIO_BIT_RATE
-        self.stream.metadata.update(source.metadata)
-        sample_format = self.stream.codec_context.codec.audio_formats[0].name
-        self.resampler = av.AudioResampler(format=sample_format, layout=source.layout, rate=rate)
-
-    def encode(self, packet: av.Packet | None) -> list[av.Packet]:
-        """Packets of the new stream for one input packet (``None`` flushes at the end)."""
-        frames = packet.decode() if packet is not None else [None]
-        out = []
-        for frame in frames:
-            for resampled in self.resampler.resample(frame):
-                out += self.stream.encode(resampled)
-            if frame is None:
-                out += self.stream.encode(None)
-        return out
-
-
 def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, str]:
     """MP4/MOV edit lists (B-frame delay, AAC priming) are written in the movie timescale, 1/1000 s
     by default: rounding there moves every timestamp by a fraction of a millisecond. A timescale
-    that every stream's time base divides keeps them exact."""
+    that every stream's time base divides keeps them exact. QuickTime keys need a flag of their own."""
     if ext not in (".mp4", ".mov"):
         return {}
+    options = {}
     scale = 1
     for stream in source.streams:
         if stream.type in ("video", "audio", "subtitle") and stream.time_base:
             scale = math.lcm(scale, stream.time_base.denominator)
-    return {"movie_timescale": str(scale)} if 1000 < scale < 2**31 else {}
-
-
-def _partial_prefix(output: Path) -> str:
-    return f".{output.stem}.partial-"
-
-
-def partial_path(output: Path) -> Path:
-    """The temporary file this process writes OUTPUT through: hidden beside it and named by the
-    process id, so a later run can tell the leftovers of a dead one (:func:`_remove_stale_partials`)."""
-    return output.with_name(f"{_partial_prefix(output)}{os.getpid()}{output.suffix}")
-
-
-def _remove_stale_partials(output: Path) -> None:
-    """Delete temporary files that runs killed outright (``kill -9``, power loss) left beside OUTPUT;
-    a partial file of a process still running is left alone."""
-    prefix = _partial_prefix(output)
-    for path in output.parent.glob(glob.escape(prefix) + "*" + glob.escape(output.suffix)):
-        pid = path.name.removeprefix(prefix).removesuffix(output.suffix)
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            path.unlink(missing_ok=True)
-        except PermissionError:  # another user's live process
-            pass
+    if 1000 < scale < 2**31:
+        options["movie_timescale"] = str(scale)
+    if any(key.startswith("com.apple.quicktime.") for key in source.metadata):
+        options["movflags"] = "use_metadata_tags"  # QuickTime keys (make, model, location) as the input has them
+    return options
 
 
 class VideoWriter:
     """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`."""
 
     def __init__(self, output: Path, source: av.container.InputContainer, info: VideoInfo,
-                 settings: EncoderSettings) -> None:
+                 settings: EncoderSettings, overwrite: bool = False) -> None:
         self.output = output
+        self.overwrite = overwrite
+        self.strict = settings.strict
+        self.warnings: list[str] = []
         ext = output.suffix.lower()
         if ext not in CONTAINERS:
             raise OutputError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(CONTAINERS)}")
         rules = CONTAINERS[ext]
-        codec_name = settings.codec or DEFAULT_CODEC[ext]
+        src_video = video_stream(source)
+        choice = choose_encoder(ext, rules.video, src_video, settings.codec)
         try:
-            codec = av.codec.Codec(codec_name, "w")
+            codec = av.codec.Codec(choice.codec, "w")
         except Exception:
-            raise OutputError(f"encoder {codec_name!r} is not available in this FFmpeg build") from None
+            raise OutputError(f"encoder {choice.codec!r} is not available in this FFmpeg build") from None
         if codec.type != "video":
-            raise OutputError(f"{codec_name!r} is not a video encoder")
+            raise OutputError(f"{choice.codec!r} is not a video encoder")
         if codec.name not in rules.video and codec.canonical_name not in rules.video:
             raise OutputError(f"a {ext} file cannot hold {codec.canonical_name} video; "
                               f"use one of {', '.join(sorted(rules.video))} or another extension")
@@ -165,66 +105,60 @@ class VideoWriter:
                                     ("--crf", settings.crf, DEFAULT_CRF)):
             if value is not None and codec.name not in takers:
                 raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
+        for message in choice.warnings:
+            self._warn(message)
+        if settings.pix_fmt:
+            self.pix_fmt = settings.pix_fmt
+        else:
+            self.pix_fmt, lost = pick_pix_fmt(codec, info.pix_fmt)
+            if lost:
+                self._warn(f"{codec.name} cannot store {info.pix_fmt}; encoded as {self.pix_fmt}, losing "
+                           f"{' and '.join(lost)}")
         self.info = info
-        _remove_stale_partials(output)
+        self._encoder_setup = (src_video, codec, choice, settings)
+        self.claim = OutputClaim(output, overwrite)
+        remove_stale_partials(output)
         self.tmp = partial_path(output)
-        self.warnings: list[str] = []
         try:
             self.container = av.open(str(self.tmp), "w", options=_muxer_options(ext, source))
         except (OSError, av.FFmpegError) as exc:
+            self.claim.release()
             raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
         try:
-            self._setup(source, rules, codec, settings)
+            self._setup(source, rules, ext)
         except BaseException:
             self.abort()
             raise
         self._pending: list[av.Packet] = []  # copied packets waiting for the video to catch up
 
-    def _setup(self, source: av.container.InputContainer, rules: ContainerRules, codec: av.codec.Codec,
-               settings: EncoderSettings) -> None:
+    def _setup(self, source: av.container.InputContainer, rules: ContainerRules, ext: str) -> None:
         info = self.info
-        self.container.metadata.update({k: v for k, v in source.metadata.items() if k != "encoder"})
-        src_video = source.streams.video[0]
+        src_video, codec, _, _ = self._encoder_setup
         video = self.container.add_stream(codec.name, rate=info.average_rate or None)
         video.time_base = info.time_base
-        self._configure(video.codec_context, src_video.codec_context, codec, settings)
-        self._encoder_setup = (src_video.codec_context, codec, settings)
-        video.metadata.update(src_video.metadata)
+        self._configure(video.codec_context)
+        tag = src_video.codec_context.codec_tag
+        if ext in (".mp4", ".mov") and tag in _KEPT_TAGS and src_video.codec_context.name == codec.canonical_name:
+            video.codec_context.codec_tag = tag
         if info.rotation:
             video.set_display_rotation(info.rotation)
         self.video = video
-
-        self.copies: dict[int, av.stream.Stream] = {}
-        self.transcodes: dict[int, _AudioTranscoder] = {}
-        for stream in source.streams:
-            if stream.index == src_video.index or stream.type not in ("audio", "subtitle"):
-                continue
-            name = stream.codec_context.codec.canonical_name  # "mp3", not the decoder's "mp3float"
-            allowed = rules.audio if stream.type == "audio" else rules.subtitles
-            if allowed is None or name in allowed:
-                out = self.container.add_stream_from_template(stream)
-                out.metadata.update(stream.metadata)
-                self.copies[stream.index] = out
-            elif stream.type == "audio":
-                self.transcodes[stream.index] = _AudioTranscoder(self.container, stream, rules.fallback_audio)
-                self._warn(f"audio stream #{stream.index} ({name}) cannot be copied into {self.output.suffix}; "
-                           f"re-encoded as {rules.fallback_audio} at {_AUDIO_BIT_RATE // 1000} kb/s")
-            else:
-                self._warn(f"subtitle stream #{stream.index} ({name}) cannot be copied into "
-                           f"{self.output.suffix}; it is left out")
+        self.companions = CompanionStreams(self.container, source, src_video, video, ext, rules, self._warn)
         try:
             self.container.start_encoding()
         except av.FFmpegError as exc:
             raise OutputError(f"cannot start encoding {self.output.name} with {codec.name}: "
                               f"{exc.strerror or exc}") from None
+        self.companions.write_header_extras()
 
-    def _configure(self, cc: av.codec.context.CodecContext, src_cc: av.codec.context.CodecContext,
-                   codec: av.codec.Codec, settings: EncoderSettings) -> None:
+    def _configure(self, cc: av.codec.context.CodecContext) -> None:
         """Everything the video encoder is told: size, pixel format, timing, colour tags, quality."""
         info = self.info
+        src_video, codec, choice, settings = self._encoder_setup
+        src_cc = src_video.codec_context
         coded_w, coded_h = (info.height, info.width) if round(info.rotation / 90) % 2 else (info.width, info.height)
         cc.width, cc.height = coded_w, coded_h
-        cc.pix_fmt = settings.pix_fmt or _pick_pix_fmt(codec, info.pix_fmt)
+        cc.pix_fmt = self.pix_fmt
         cc.time_base = info.time_base
         if info.average_rate:
             cc.framerate = info.average_rate
@@ -235,8 +169,10 @@ class VideoWriter:
         if settings.threads:
             cc.thread_count = settings.threads
         cc.thread_type = settings.thread_type
-        options = {}
-        crf = settings.crf if settings.crf is not None else DEFAULT_CRF.get(codec.name)
+        options = dict(choice.options)
+        crf = settings.crf
+        if crf is None:
+            crf = 0 if choice.lossless else DEFAULT_CRF.get(codec.name)
         if crf is not None:
             options["crf"] = str(crf)
             if codec.name == "libvpx-vp9":
@@ -251,9 +187,8 @@ class VideoWriter:
     def new_encoder(self) -> av.codec.context.CodecContext:
         """A fresh encoder configured exactly as this file's video stream (same parameter sets), for
         encoding segments apart whose packets this writer muxes later (:meth:`write_encoded`)."""
-        src_cc, codec, settings = self._encoder_setup
-        cc = av.CodecContext.create(codec.name, "w")
-        self._configure(cc, src_cc, codec, settings)
+        cc = av.CodecContext.create(self.video.codec_context.name, "w")
+        self._configure(cc)
         if self.video.codec_context.flags & av.codec.context.Flags.global_header:
             cc.flags |= av.codec.context.Flags.global_header
         return cc
@@ -265,22 +200,20 @@ class VideoWriter:
         self._mux_video(packets)
 
     def _warn(self, message: str) -> None:
+        """Something of the input that the output cannot keep: said once, or refused with --strict."""
+        if self.strict:
+            raise OutputError(f"{message} (refused: --strict)")
         log.warning(message)
         self.warnings.append(message)
 
     @property
     def copied_streams(self) -> set[int]:
         """Input streams whose packets this writer takes (copied or re-encoded)."""
-        return set(self.copies) | set(self.transcodes)
+        return self.companions.packet_streams
 
     def write_packet(self, packet: av.Packet) -> None:
         """Take a packet of another stream; it is muxed once the video has reached its time."""
-        transcoder = self.transcodes.get(packet.stream.index)
-        if transcoder is None:
-            packet.stream = self.copies[packet.stream.index]
-            self._pending.append(packet)
-        else:
-            self._pending += transcoder.encode(packet)
+        self._pending += self.companions.take(packet)
 
     def _mux_pending(self, until: float | None) -> None:
         keep = []
@@ -302,8 +235,12 @@ class VideoWriter:
         format and size), with the decoded frame's timing."""
         decoded = source.frame
         frame = decoded if restored is None else restored
-        if frame.format.name != self.video.codec_context.pix_fmt:
-            frame = frame.reformat(format=self.video.codec_context.pix_fmt)
+        target = self.video.codec_context.pix_fmt
+        if frame.format.name == f"yuvj{target.removeprefix('yuv')}":
+            # The same samples, tagged full range: swscale would squeeze them into limited range.
+            frame = planes_to_frame(frame_planes(frame), frame, format=target)
+        elif frame.format.name != target:
+            frame = copy_colour_tags(decoded, frame.reformat(format=target))
         frame.pts = decoded.pts
         frame.time_base = decoded.time_base
         frame.pict_type = av.video.frame.PictureType.NONE
@@ -321,8 +258,7 @@ class VideoWriter:
         """Flush, finish the file and move it into place."""
         try:
             self._mux_video(self.video.encode(None))
-            for transcoder in self.transcodes.values():
-                self._pending += transcoder.encode(None)
+            self._pending += self.companions.flush()
             self._mux_pending(None)
             self.container.close()
         except av.FFmpegError as exc:
@@ -331,7 +267,10 @@ class VideoWriter:
         except BaseException:
             self.abort()
             raise
-        os.replace(self.tmp, self.output)
+        try:
+            self.claim.publish(self.tmp)
+        finally:
+            self.tmp.unlink(missing_ok=True)
 
     def abort(self) -> None:
         """Drop the partial output."""
@@ -341,3 +280,4 @@ class VideoWriter:
         except Exception:  # the file is being thrown away; its trailer does not matter
             pass
         self.tmp.unlink(missing_ok=True)
+        self.claim.release()

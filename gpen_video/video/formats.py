@@ -1,0 +1,130 @@
+"""Which encoder and pixel format an output gets: the input's own, unless the user says otherwise
+or the container cannot hold it, and every loss on the way named in words.
+
+The choice is pure logic over FFmpeg's codec and format tables, so it is decided (and any loss
+refused with ``--strict``) before a frame is decoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import av
+
+#: Container (by extension) -> the encoder used when the input's own codec cannot be followed.
+DEFAULT_CODEC = {".mp4": "libx264", ".mov": "libx264", ".mkv": "libx264", ".webm": "libvpx-vp9"}
+#: Input codec (canonical name) -> the encoder that writes the same format.
+FOLLOW_CODEC = {"h264": "libx264", "hevc": "libx265", "prores": "prores_ks", "vp9": "libvpx-vp9",
+                "ffv1": "ffv1", "av1": "libsvtav1"}
+#: Input codecs that store every sample exactly: an output that cannot be one of them is
+#: encoded losslessly another way (x264 at CRF 0) rather than lossily.
+LOSSLESS_CODECS = frozenset({"ffv1", "huffyuv", "ffvhuff", "utvideo", "magicyuv", "png", "qtrle", "rawvideo"})
+#: ProRes profile names as FFmpeg's decoder reports them -> prores_ks's ``profile`` option.
+PRORES_PROFILES = {"Proxy": "proxy", "LT": "lt", "Standard": "standard", "HQ": "hq", "4444": "4444", "XQ": "4444xq"}
+
+
+@dataclass(frozen=True)
+class PixelTraits:
+    """What a pixel format keeps of a picture: sample depth, chroma subsampling, alpha."""
+
+    bits: int
+    chroma_shift: tuple[int, int]  # log2 (horizontal, vertical) subsampling of the chroma planes
+    alpha: bool
+    rgb: bool
+
+    @classmethod
+    def of(cls, name: str) -> PixelTraits:
+        fmt = av.VideoFormat(name, 64, 64)
+        components = fmt.components
+        colour = [c for c in components if not c.is_alpha]
+        shift = (0, 0)
+        if len(colour) == 3 and not fmt.is_rgb:
+            shift = ((64 // colour[1].width).bit_length() - 1, (64 // colour[1].height).bit_length() - 1)
+        elif len(colour) == 1:  # grey: no chroma at all, the most subsampled of all
+            shift = (8, 8)
+        return cls(max(c.bits for c in components), shift, any(c.is_alpha for c in components), fmt.is_rgb)
+
+    @property
+    def chroma(self) -> str:
+        return {(0, 0): "4:4:4", (1, 0): "4:2:2", (1, 1): "4:2:0", (2, 0): "4:1:1", (0, 1): "4:4:0",
+                (2, 2): "4:1:0", (8, 8): "grey"}.get(self.chroma_shift, "subsampled")
+
+    def losses_to(self, other: PixelTraits) -> list[str]:
+        """What a picture in this format loses when stored as ``other``, in words."""
+        lost = []
+        if self.alpha and not other.alpha:
+            lost.append("the alpha channel")
+        if other.chroma_shift[0] > self.chroma_shift[0] or other.chroma_shift[1] > self.chroma_shift[1]:
+            lost.append(f"{self.chroma} chroma (stored as {other.chroma})")
+        if other.bits < self.bits:
+            lost.append(f"{self.bits}-bit samples (stored as {other.bits}-bit)")
+        return lost
+
+
+def pick_pix_fmt(codec: av.codec.Codec, wanted: str) -> tuple[str, list[str]]:
+    """The input's pixel format if the encoder takes it, else the one that loses least of it
+    (alpha, then chroma, then depth), with the losses in words."""
+    formats = [f.name for f in codec.video_formats or []]
+    if not formats or wanted in formats:
+        return wanted, []
+    source = PixelTraits.of(wanted)
+
+    def cost(name: str) -> tuple:
+        traits = PixelTraits.of(name)
+        return (source.alpha and not traits.alpha,
+                max(traits.chroma_shift[0] - source.chroma_shift[0], 0)
+                + max(traits.chroma_shift[1] - source.chroma_shift[1], 0),
+                max(source.bits - traits.bits, 0),
+                traits.rgb != source.rgb,
+                traits.alpha != source.alpha,  # no alpha plane the input lacks
+                traits.bits - source.bits,  # then the smallest that holds it all
+                traits.chroma_shift != source.chroma_shift)
+
+    best = min(formats, key=cost)
+    return best, source.losses_to(PixelTraits.of(best))
+
+
+@dataclass
+class EncoderChoice:
+    """The encoder for an output, and why it is that one."""
+
+    codec: str
+    options: dict[str, str] = field(default_factory=dict)  # encoder options the input calls for
+    lossless: bool = False  # CRF 0, standing in for a lossless input codec
+    warnings: list[str] = field(default_factory=list)
+
+
+def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, asked: str | None) -> EncoderChoice:
+    """``asked`` when the user named an encoder; else the one that writes the input's own codec,
+    with the input's ProRes profile, when the container ``ext`` can hold it; else the
+    container's default (x264 at CRF 0 for a lossless input), with a warning naming what changes."""
+    if asked:
+        return EncoderChoice(asked, _prores_options(asked, source))
+    name = source.codec_context.codec.canonical_name
+    follow = FOLLOW_CODEC.get(name)
+    if follow is not None and follow in av.codecs_available and name in allowed:
+        return EncoderChoice(follow, _prores_options(follow, source))
+    fallback = DEFAULT_CODEC[ext]
+    lossless = name in LOSSLESS_CODECS and "h264" in allowed
+    if lossless:
+        fallback = "libx264"
+    warnings = []
+    if follow is not None:
+        how = "losslessly as h264 (libx264 at CRF 0)" if lossless else f"as {_format_name(fallback)} ({fallback})"
+        warnings.append(f"{ext} cannot hold the input's {name} video; it is encoded {how}")
+    elif name in LOSSLESS_CODECS:
+        warnings.append(f"the input's video is lossless {name}, which {ext} cannot hold; it is encoded lossily "
+                        f"as {_format_name(fallback)} ({fallback}): use .mkv to keep it lossless")
+    return EncoderChoice(fallback, lossless=lossless, warnings=warnings)
+
+
+def _format_name(encoder: str) -> str:
+    return av.codec.Codec(encoder, "w").canonical_name
+
+
+def _prores_options(encoder: str, source: av.stream.Stream) -> dict[str, str]:
+    """The input's ProRes profile for prores_ks (4444 keeps alpha; its default would be HQ)."""
+    if encoder != "prores_ks" or source.codec_context.codec.canonical_name != "prores":
+        return {}
+    profile = PRORES_PROFILES.get(source.profile or "")
+    return {"profile": profile} if profile else {}

@@ -1,0 +1,111 @@
+"""One OUTPUT, one job: a job writes through a hidden temporary file beside OUTPUT and holds
+OUTPUT's claim from start to rename, so a second job on the same OUTPUT is refused at once, and
+a finished file replaces an existing one only when the user said ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+from pathlib import Path
+
+
+class OutputBusyError(RuntimeError):
+    """Another job holds this OUTPUT, or OUTPUT appeared while this job ran. One line."""
+
+
+def _partial_prefix(output: Path) -> str:
+    return f".{output.stem}.partial-"
+
+
+def partial_path(output: Path) -> Path:
+    """The temporary file this process writes OUTPUT through: hidden beside it and named by the
+    process id, so a later run can tell the leftovers of a dead one (:func:`remove_stale_partials`)."""
+    return output.with_name(f"{_partial_prefix(output)}{os.getpid()}{output.suffix}")
+
+
+def remove_stale_partials(output: Path) -> None:
+    """Delete temporary files that runs killed outright (``kill -9``, power loss) left beside OUTPUT;
+    a partial file of a process still running is left alone."""
+    prefix = _partial_prefix(output)
+    for path in output.parent.glob(glob.escape(prefix) + "*" + glob.escape(output.suffix)):
+        pid = path.name.removeprefix(prefix).removesuffix(output.suffix)
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path.unlink(missing_ok=True)
+        except PermissionError:  # another user's live process
+            pass
+
+
+class OutputClaim:
+    """This job's hold on OUTPUT: an exclusive lock on a hidden lock file beside it (released by
+    the kernel if the process dies), and the rename that puts the finished file in place.
+
+    Without ``overwrite`` the lock makes a second job on the same OUTPUT fail at once, and the
+    rename never replaces a file (it links, then unlinks): an OUTPUT that appeared meanwhile is
+    kept. With ``overwrite`` jobs do not exclude each other, and the last to finish wins.
+    """
+
+    def __init__(self, output: Path, overwrite: bool) -> None:
+        self.output = output
+        self.overwrite = overwrite
+        self.lock_path = output.with_name(f".{output.name}.lock")
+        self._fd: int | None = None
+        if not overwrite:
+            self._lock()
+
+    def _lock(self) -> None:
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise OutputBusyError(f"another gpen-video job is writing {self.output}; wait for it, "
+                                      f"or pass --overwrite to let the last job to finish win") from None
+            try:  # the holder before us may have unlinked the file we opened: lock the one at the path
+                if os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino:
+                    self._fd = fd
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        if self.output.exists():  # finished by a job that held the lock until a moment ago
+            self.release()
+            raise OutputBusyError(f"{self.output} exists; pass --overwrite to replace it")
+
+    def publish(self, finished: Path) -> None:
+        """Move ``finished`` (beside OUTPUT) into place, then let OUTPUT go."""
+        try:
+            if self.overwrite:
+                os.replace(finished, self.output)
+            else:
+                try:
+                    os.link(finished, self.output)
+                except FileExistsError:
+                    raise OutputBusyError(f"{self.output} appeared while this job ran and was kept; "
+                                          f"pass --overwrite to replace it") from None
+                except OSError:  # no hard links on this file system: check, then rename
+                    if self.output.exists():
+                        raise OutputBusyError(f"{self.output} appeared while this job ran and was kept; "
+                                              f"pass --overwrite to replace it") from None
+                    os.replace(finished, self.output)
+                else:
+                    finished.unlink()
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Let OUTPUT go (on success, failure or interruption); idempotent."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.lock_path)  # while still locked: a waiting job then re-checks the path
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None

@@ -1,0 +1,234 @@
+"""Files the way users meet them, built at test time from the real media in ../shared with PyAV:
+several audio tracks with flags, subtitles, chapters, attachments, cover art, timecode and
+QuickTime keys, ProRes 4444 with alpha, 4:2:2 MJPEG, HEVC tagged ``hvc1``, PCM in AVI, files cut
+short, a stream that changes size. No binary is kept in the repository."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from .conftest import shared_file
+
+TALKING_HEAD = "media/videos/talking_head_speech_liveportrait_d20.mp4"  # 480x480 H.264, AAC, 25 fps
+OLD_FOOTAGE = "media/videos/old_footage_chaplin_moviepy.mp4"  # its audio is MP3
+FONT = bytes(range(256)) * 16  # an attachment's payload is opaque to every tool that copies it
+
+
+def _source() -> Path:
+    return shared_file(TALKING_HEAD)
+
+
+def rgb_frames(count: int, size: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """The talking head's first ``count`` frames as RGB, resized to ``size`` (w, h) if given."""
+    with av.open(str(_source())) as container:
+        frames = []
+        for frame in container.decode(video=0):
+            if size is not None:
+                frame = frame.reformat(width=size[0], height=size[1])
+            frames.append(frame.to_ndarray(format="rgb24"))
+            if len(frames) == count:
+                return frames
+    return frames
+
+
+def _mux_copy(source: av.container.InputContainer, output: av.container.OutputContainer,
+              pairs: list[tuple[av.stream.Stream, list[av.stream.Stream]]], seconds: float) -> None:
+    """Copy the packets of each source stream into its output streams, up to ``seconds``."""
+    by_index = {s.index: outs for s, outs in pairs}
+    for packet in source.demux([s for s, _ in pairs]):
+        if packet.dts is None or packet.stream.index not in by_index:
+            continue
+        if packet.pts is not None and float(packet.pts * packet.time_base) > seconds:
+            continue
+        outs = by_index[packet.stream.index]
+        for i, out in enumerate(outs):
+            copy = packet if i == len(outs) - 1 else _clone(packet)
+            copy.stream = out
+            output.mux(copy)
+
+
+def _clone(packet: av.Packet) -> av.Packet:
+    copy = av.Packet(bytes(packet))
+    copy.pts, copy.dts, copy.duration, copy.time_base = packet.pts, packet.dts, packet.duration, packet.time_base
+    copy.is_keyframe = packet.is_keyframe
+    return copy
+
+
+def rich_mkv(path: Path, seconds: float = 1.6) -> Path:
+    """The talking head with two audio tracks (English default, French commentary forced), a
+    German subtitle (default + forced), two chapters, a font attachment and a title."""
+    with av.open(str(_source())) as source, av.open(str(path), "w") as out:
+        video, audio = source.streams.video[0], source.streams.audio[0]
+        out_video = out.add_stream_from_template(video)
+        english, french = out.add_stream_from_template(audio), out.add_stream_from_template(audio)
+        english.metadata.update(language="eng", title="Main")
+        french.metadata.update(language="fra", title="Commentary")
+        english.disposition = av.stream.Disposition.default
+        french.disposition = av.stream.Disposition.forced
+        subtitles = out.add_mux_stream("subrip")
+        subtitles.metadata["language"] = "deu"
+        subtitles.disposition = av.stream.Disposition.default | av.stream.Disposition.forced
+        out.add_attachment("DejaVuSans.ttf", "application/x-truetype-font", FONT)
+        millis = Fraction(1, 1000)
+        out.set_chapters([
+            {"id": 1, "start": 0, "end": 800, "time_base": millis, "metadata": {"title": "Intro"}},
+            {"id": 2, "start": 800, "end": int(seconds * 1000), "time_base": millis, "metadata": {"title": "Talk"}},
+        ])
+        out.metadata["title"] = "Interview, take 3"
+        _mux_copy(source, out, [(video, [out_video]), (audio, [english, french])], seconds)
+        cue = av.Packet(b"Guten Tag")
+        cue.pts = cue.dts = 200
+        cue.duration, cue.time_base, cue.stream = 600, millis, subtitles
+        out.mux(cue)
+    return path
+
+
+def quicktime_mov(path: Path, seconds: float = 1.2) -> Path:
+    """The talking head as a camera's MOV: a timecode track with a reel name, and QuickTime keys
+    for make, model, GPS location and creation date."""
+    with av.open(str(_source())) as source, \
+            av.open(str(path), "w", options={"movflags": "use_metadata_tags"}) as out:
+        video, audio = source.streams.video[0], source.streams.audio[0]
+        out_video, out_audio = out.add_stream_from_template(video), out.add_stream_from_template(audio)
+        out_video.metadata.update(timecode="01:02:03:04", reel_name="A001C003")
+        out.metadata.update({"com.apple.quicktime.make": "Apple", "com.apple.quicktime.model": "iPhone 15 Pro",
+                             "com.apple.quicktime.location.ISO6709": "+48.8584+002.2945+035.000/",
+                             "com.apple.quicktime.creationdate": "2026-06-01T10:11:12+0200"})
+        _mux_copy(source, out, [(video, [out_video]), (audio, [out_audio])], seconds)
+    return path
+
+
+def _jpeg(size: int = 64) -> tuple[bytes, int, int]:
+    """One real frame of the talking head as a JPEG picture."""
+    encoder = av.CodecContext.create("mjpeg", "w")
+    encoder.width = encoder.height = size
+    encoder.pix_fmt = "yuvj420p"
+    encoder.time_base = Fraction(1, 25)
+    frame = av.VideoFrame.from_ndarray(rgb_frames(1, (size, size))[0], format="rgb24").reformat(format="yuvj420p")
+    return b"".join(bytes(p) for p in encoder.encode(frame) + encoder.encode(None)), size, size
+
+
+def with_cover_art(path: Path, seconds: float = 1.2, audio_only: bool = False) -> Path:
+    """The talking head with a JPEG cover; with ``audio_only``, the old footage's MP3 soundtrack
+    alone with it (an .mp3 ``path``: a song)."""
+    picture, width, height = _jpeg()
+    media = shared_file(OLD_FOOTAGE) if audio_only else _source()
+    with av.open(str(media)) as source, av.open(str(path), "w") as out:
+        video, audio = source.streams.video[0], source.streams.audio[0]
+        pairs = [] if audio_only else [(video, [out.add_stream_from_template(video)])]
+        pairs.append((audio, [out.add_stream_from_template(audio)]))
+        cover = out.add_stream("mjpeg")
+        cover.width, cover.height, cover.pix_fmt = width, height, "yuvj420p"
+        cover.disposition = av.stream.Disposition.attached_pic
+        packet = av.Packet(picture)
+        packet.stream = cover
+        out.mux(packet)
+        _mux_copy(source, out, pairs, seconds)
+    return path
+
+
+def encoded(path: Path, codec: str, pix_fmt: str, frames: int = 12, options: dict | None = None,
+            tag: str | None = None, alpha: bool = False, tags: dict | None = None) -> Path:
+    """The talking head's first frames encoded with ``codec`` in ``pix_fmt``; ``alpha`` adds a
+    gradient alpha plane, ``tags`` set colour tags, ``tag`` the codec tag."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(codec, rate=25)
+        stream.width = stream.height = 240
+        stream.pix_fmt = pix_fmt
+        stream.codec_context.options = options or {}
+        if tag:
+            stream.codec_context.codec_tag = tag
+        for name, value in (tags or {}).items():
+            setattr(stream.codec_context, name, value)
+        for i, rgb in enumerate(rgb_frames(frames, (240, 240))):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=pix_fmt)
+            if alpha:
+                plane = frame.planes[3]
+                ramp = np.linspace(0, 1023 if "10" in pix_fmt else 255, 240).astype(np.uint16 if "10" in pix_fmt
+                                                                                    else np.uint8)
+                values = np.broadcast_to(ramp, (240, 240))
+                row = plane.line_size // values.dtype.itemsize
+                buffer = np.frombuffer(memoryview(plane), values.dtype).reshape(240, row)
+                buffer[:, :240] = values
+            for name, value in (tags or {}).items():
+                setattr(frame, name, value)
+            frame.pts = i
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return path
+
+
+def pcm_avi(path: Path, seconds: float = 1.2) -> Path:
+    """The talking head as MJPEG with 16-bit PCM audio in an AVI, whose 2-channel layout has no
+    channel order: what old cameras and capture cards write."""
+    with av.open(str(_source())) as source, av.open(str(path), "w") as out:
+        video = out.add_stream("mjpeg", rate=25)
+        video.width = video.height = 240
+        video.pix_fmt = "yuvj420p"
+        audio_in = source.streams.audio[0]
+        audio = out.add_stream("pcm_s16le", rate=audio_in.rate)
+        audio.layout = "stereo"
+        resampler = av.AudioResampler(format="s16", layout="stereo", rate=audio_in.rate)
+        for frame in source.decode(audio_in):
+            if frame.time > seconds:
+                break
+            for resampled in resampler.resample(frame):
+                for packet in audio.encode(resampled):
+                    out.mux(packet)
+        for i, rgb in enumerate(rgb_frames(int(seconds * 25), (240, 240))):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuvj420p")
+            frame.pts = i
+            for packet in video.encode(frame):
+                out.mux(packet)
+        for stream in (video, audio):
+            for packet in stream.encode(None):
+                out.mux(packet)
+    return path
+
+
+def size_change_ts(path: Path) -> Path:
+    """An MPEG-TS whose H.264 stream switches from 320x240 to 480x360 half-way, as a broadcast
+    recording does at an advert break: two encoders' packets in one stream."""
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
+        stream.codec_context.options = {"preset": "ultrafast"}
+        pts = 0
+        for size in ((320, 240), (480, 360)):
+            encoder = av.CodecContext.create("libx264", "w")
+            encoder.width, encoder.height, encoder.pix_fmt = *size, "yuv420p"
+            encoder.time_base = Fraction(1, 25)
+            encoder.options = {"preset": "ultrafast"}
+            packets = []
+            for rgb in rgb_frames(10, size):
+                frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+                frame.pts = pts
+                pts += 1
+                packets += encoder.encode(frame)
+            packets += encoder.encode(None)
+            for packet in packets:
+                packet.stream = stream
+                packet.time_base = Fraction(1, 25)
+                out.mux(packet)
+    return path
+
+
+def faststart_copy(path: Path, source: Path) -> Path:
+    """``source`` remuxed with its index (moov) at the front, as streaming-ready MP4s are."""
+    with av.open(str(source)) as src, av.open(str(path), "w", options={"movflags": "faststart"}) as out:
+        pairs = [(s, [out.add_stream_from_template(s)]) for s in src.streams if s.type in ("video", "audio")]
+        _mux_copy(src, out, pairs, float("inf"))
+    return path
+
+
+def cut(path: Path, source: Path, fraction: float) -> Path:
+    """The first ``fraction`` of ``source``'s bytes: a copy or download that stopped half-way."""
+    data = source.read_bytes()
+    path.write_bytes(data[: int(len(data) * fraction)])
+    return path
