@@ -232,3 +232,29 @@ def cut(path: Path, source: Path, fraction: float) -> Path:
     data = source.read_bytes()
     path.write_bytes(data[: int(len(data) * fraction)])
     return path
+
+
+PHONE = "media/videos/phone_selfie_rotation90_new_face_video-90.mp4"  # stored sideways, shown turned -90
+
+
+def mirrored(path: Path, hflip: bool = False, vflip: bool = False, seconds: float = 2.0) -> Path:
+    """The rotated phone selfie with its display matrix also mirrored, the stored pixels as they
+    were: what a front camera's "mirror" setting, or an editor's flip, writes."""
+    with av.open(str(shared_file(PHONE))) as source, av.open(str(path), "w") as out:
+        video, audio = source.streams.video[0], source.streams.audio[0]
+        out_video, out_audio = out.add_stream_from_template(video), out.add_stream_from_template(audio)
+        out_video.set_display_rotation(-90, hflip=hflip, vflip=vflip)
+        _mux_copy(source, out, [(video, [out_video]), (audio, [out_audio])], seconds)
+    return path
+
+
+#: A typical HDR10 grade: BT.2020 primaries, D65, a 1000 cd/m² mastering display; MaxCLL/MaxFALL.
+HDR10_PARAMS = "master-display=G(13250,34500)B(7500,3000)R(34000,16000)WP(15635,16450)L(10000000,50):max-cll=1000,400"
+
+
+def hdr10_hevc(path: Path, frames: int = 12) -> Path:
+    """The talking head as an HDR10 master: HEVC Main10, PQ transfer, BT.2020, with mastering
+    display and content light level SEI, tagged ``hvc1``."""
+    return encoded(path, "libx265", "yuv420p10le", frames, tag="hvc1",
+                   options={"preset": "ultrafast", "x265-params": f"log-level=error:hdr10=1:{HDR10_PARAMS}"},
+                   tags={"color_primaries": 9, "color_trc": 16, "colorspace": 9})

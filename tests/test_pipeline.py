@@ -69,7 +69,8 @@ def _assert_only_face_regions_changed(src: Path, dst: Path, tracks: list[dict], 
     for frame_in, frame_out, record in zip(_decoded_rgb(src, frames), _decoded_rgb(dst, frames), tracks):
         changed = np.any(frame_in != frame_out, axis=2)
         region = paste_region(record["faces"], crop_size, *changed.shape)
-        allowed = binary_dilation(region, np.ones((3, 3), bool), iterations=2)  # chroma blocks reach 1 px further, and RGB mixes them
+        # chroma blocks reach 1 px further, and RGB mixes them
+        allowed = binary_dilation(region, np.ones((3, 3), bool), iterations=2)
         assert not np.any(changed & ~allowed), f"frame {record['index']} changed outside its faces"
         assert changed.any() == bool(record["faces"]), f"frame {record['index']}"
 

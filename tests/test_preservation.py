@@ -4,15 +4,19 @@ media (tests/corpus.py), through the real command line."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
 
-from gpen_video.video.colour import frame_planes
+from gpen_video.video.colour import display_matrix, frame_planes
+from gpen_video.video.decode import read_frames
+from gpen_video.video.hdr import HdrMetadata
 
 from . import corpus
 from .conftest import shared_file
@@ -119,7 +123,8 @@ def test_cover_art_travels(small_gpen, tmp_path, ext, how):
         assert len(covers) == 1
         if how == "attachment":  # Matroska stores cover art as a file named cover.*
             assert covers[0].metadata["filename"] == "cover.jpg"
-    assert _packets(out, covers[0].index)[0][1] == picture
+        cover = covers[0].index  # read while the file is open: a closed container's streams are gone
+    assert _packets(out, cover)[0][1] == picture
     with av.open(str(src)) as a, av.open(str(out)) as b:  # the restored video is still the first, whole
         assert sum(1 for _ in b.decode(video=0)) == sum(1 for _ in a.decode(video=0)) > 25
 
@@ -191,3 +196,64 @@ def test_pcm_in_avi_becomes_aac_in_mp4(small_gpen, tmp_path):
 def _audio_seconds(path: Path) -> float:
     with av.open(str(path)) as container:
         return sum(frame.samples for frame in container.decode(audio=0)) / container.streams.audio[0].rate
+
+
+def _matrix(path: Path) -> tuple[int, ...] | None:
+    with av.open(str(path)) as container:
+        return display_matrix(next(container.decode(video=0)))
+
+
+@pytest.mark.parametrize("flip", ["hflip", "vflip"])
+def test_a_mirrored_display_matrix_is_honoured_and_written_back(small_gpen, tmp_path, flip):
+    """Faces are found on the picture as players show it (turned, then mirrored), and the output
+    carries the input's matrix unchanged, mirroring included."""
+    src = corpus.mirrored(tmp_path / "in.mp4", **{flip: True})
+    shown = next(read_frames(shared_file(corpus.PHONE))).rgb()  # the unmirrored clip, upright
+    assert np.array_equal(next(read_frames(src)).rgb(), shown[:, ::-1] if flip == "hflip" else shown[::-1])
+    out = tmp_path / "out.mp4"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast", "--tracks-out", tmp_path / "faces.json")
+    assert run.returncode == 0, run.stderr
+    assert _matrix(out) == _matrix(src) != _matrix(shared_file(corpus.PHONE))
+    if flip == "hflip":  # a mirrored face is still an upright face: found on nearly every frame
+        frames = json.loads((tmp_path / "faces.json").read_text())["frames"]
+        assert sum(bool(f["faces"]) for f in frames) >= 0.9 * len(frames) > 50
+
+
+def _hdr(path: Path) -> tuple:
+    """The first frame's HDR10 metadata, transfer, primaries and pixel format."""
+    with av.open(str(path)) as container:
+        frame = next(container.decode(video=0))
+        return HdrMetadata.of(frame), frame.color_trc, frame.color_primaries, frame.format.name
+
+
+@pytest.mark.parametrize(("ext", "codec", "encoded_as"), [(".mp4", None, "hevc"), (".webm", None, "av1"),
+                                                          (".mp4", "libx264", "h264")])
+def test_hdr10_metadata_travels_to_every_encoder_that_can_carry_it(small_gpen, tmp_path, ext, codec, encoded_as):
+    src = corpus.hdr10_hevc(tmp_path / "in.mp4")
+    expected, *tags = _hdr(src)
+    assert expected.luminance == (Fraction(50, 10000), Fraction(1000)) and expected.light_level == (1000, 400)
+    out = tmp_path / f"out{ext}"
+    run = gpen_video(small_gpen, src, out, *(["--codec", codec] if codec else []))
+    assert run.returncode == 0, run.stderr
+    if ext == ".webm":  # VP9 here takes 8 bits only: AV1 keeps the 10-bit PQ picture
+        assert _warnings(run) == ["gpen-video: .webm cannot hold the input's hevc video; it is encoded as av1 "
+                                  "(libsvtav1)"]
+    else:
+        assert _warnings(run) == []
+    got, *got_tags = _hdr(out)
+    with av.open(str(out)) as container:
+        assert container.streams.video[0].codec_context.codec.canonical_name == encoded_as
+    assert got_tags == tags == [16, 9, "yuv420p10le"]
+    for name in ("red", "green", "blue", "white", "luminance"):  # SVT-AV1 takes decimals: 1e-4 apart at most
+        assert np.allclose(np.array(getattr(got, name), float), np.array(getattr(expected, name), float),
+                           rtol=1e-4, atol=1e-4), name
+    assert got.light_level == expected.light_level
+
+
+def test_an_encoder_without_hdr10_metadata_says_so(small_gpen, tmp_path):
+    src = corpus.hdr10_hevc(tmp_path / "in.mp4")
+    run = gpen_video(small_gpen, src, tmp_path / "out.mov", "--codec", "prores_ks")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == ["gpen-video: prores_ks cannot carry the input's HDR10 mastering display and content "
+                              "light level metadata; it is left out (the transfer and primaries tags are kept)"]
+    assert _hdr(tmp_path / "out.mov")[1:3] == (16, 9)

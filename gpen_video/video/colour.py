@@ -1,4 +1,4 @@
-"""YUV <-> RGB on any torch device, with the frame's own matrix, range, bit depth and rotation.
+"""YUV <-> RGB on any torch device, with the frame's own matrix, range, bit depth and orientation.
 
 Frames travel through the pipeline as their decoded YUV planes: the GPU converts them for the
 face stages and converts the restored pixels back, so the CPU only decodes, copies and encodes
@@ -126,6 +126,49 @@ def packed_to_frame(packed: np.ndarray, like: av.VideoFrame) -> av.VideoFrame:
 
 
 @dataclass(frozen=True)
+class Orientation:
+    """How stored pixels become the picture players show, from the display matrix: one of the
+    eight turns and mirrorings. Applied in this order: transpose, then flip rows, then columns."""
+
+    transpose: bool = False
+    flip_rows: bool = False
+    flip_cols: bool = False
+
+    @classmethod
+    def of_matrix(cls, matrix: tuple[int, ...] | None) -> Orientation:
+        """From FFmpeg's 3x3 display matrix (row vector convention: a displayed point is
+        ``[x y 1] @ M``), whose upper 2x2 part holds the turn and the mirroring."""
+        if matrix is None:
+            return cls()
+        a, b, c, d = matrix[0], matrix[1], matrix[3], matrix[4]
+        if abs(b) > abs(a):  # x' follows y and y' follows x: a quarter turn, maybe mirrored
+            return cls(True, b < 0, c < 0)
+        return cls(False, d < 0, a < 0)
+
+    def upright(self, image: torch.Tensor) -> torch.Tensor:
+        """(..., h, w) stored -> (..., H, W) as displayed."""
+        if self.transpose:
+            image = image.transpose(-2, -1)
+        dims = [d for d, flip in ((-2, self.flip_rows), (-1, self.flip_cols)) if flip]
+        return image.flip(dims) if dims else image
+
+    def stored(self, image: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`upright`."""
+        dims = [d for d, flip in ((-2, self.flip_rows), (-1, self.flip_cols)) if flip]
+        if dims:
+            image = image.flip(dims)
+        return image.transpose(-2, -1) if self.transpose else image
+
+
+def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
+    """The frame's display matrix (nine 16.16 / 2.30 fixed-point integers), or None."""
+    for side_data in frame.side_data:
+        if side_data.type == av.sidedata.sidedata.Type.DISPLAYMATRIX:
+            return tuple(int(v) for v in np.frombuffer(bytes(side_data), np.int32))
+    return None
+
+
+@dataclass(frozen=True)
 class PlaneLayout:
     """How one video's samples map to RGB: what a conversion needs to know, read from a frame."""
 
@@ -134,17 +177,17 @@ class PlaneLayout:
     kr: float
     kb: float
     full_range: bool
-    quarter_turns: int  # counter-clockwise turns from stored to upright
+    orientation: Orientation  # from stored to upright
 
     @classmethod
-    def of(cls, frame: av.VideoFrame, rotation: float) -> PlaneLayout:
-        """The layout of a planar YUV ``frame`` shown turned by ``rotation`` degrees (the decoded
+    def of(cls, frame: av.VideoFrame, orientation: Orientation) -> PlaneLayout:
+        """The layout of a planar YUV ``frame`` shown with ``orientation`` (from the decoded
         frame's display matrix: a converted frame no longer carries it)."""
         luma, chroma = frame.format.components[0], frame.format.components[1]
         shift = ((frame.height // chroma.height).bit_length() - 1, (frame.width // chroma.width).bit_length() - 1)
         kr, kb = _LUMA_WEIGHTS[matrix_tag(frame)]
         full = frame.color_range == _FULL_RANGE or frame.format.name.startswith("yuvj")
-        return cls(luma.bits, shift, kr, kb, full, round((rotation or 0) / 90) % 4)
+        return cls(luma.bits, shift, kr, kb, full, orientation)
 
     def _scale(self) -> tuple[float, float, float, float]:
         """(luma offset, luma span, chroma centre, chroma span) in sample units."""
@@ -169,13 +212,12 @@ class PlaneLayout:
         b = y + 2 * (1 - self.kb) * pb
         g = (y - self.kr * r - self.kb * b) / kg
         rgb = (torch.stack([r, g, b], 1) * 255).round_().clamp_(0, 255)
-        return torch.rot90(rgb, self.quarter_turns, dims=(2, 3)) if self.quarter_turns else rgb
+        return self.orientation.upright(rgb)
 
     def to_planes(self, rgb: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
         """The inverse of :meth:`to_rgb`: (N, 3, H, W) upright RGB in [0, 255] -> stored-orientation
         planes of ``dtype`` (that of :func:`frame_planes`); chroma is the mean of the samples it covers."""
-        if self.quarter_turns:
-            rgb = torch.rot90(rgb, -self.quarter_turns, dims=(2, 3))
+        rgb = self.orientation.stored(rgb)
         luma_offset, luma_span, chroma_centre, chroma_span = self._scale()
         r, g, b = (rgb / 255).unbind(1)
         y = self.kr * r + (1 - self.kr - self.kb) * g + self.kb * b
@@ -191,8 +233,7 @@ class PlaneLayout:
     def merge(self, new: list[torch.Tensor], old: list[torch.Tensor], changed: torch.Tensor) -> list[torch.Tensor]:
         """``new`` samples where ``changed`` (N, H, W upright bool) reaches them, else ``old``: a
         chroma sample counts as changed when any pixel it covers changed. An alpha plane is ``old``'s."""
-        if self.quarter_turns:
-            changed = torch.rot90(changed, -self.quarter_turns, dims=(1, 2))
+        changed = self.orientation.stored(changed)
         mask = changed[:, None].float()
         kernel = (2 ** self.chroma_shift[0], 2 ** self.chroma_shift[1])
         cover = F.max_pool2d(mask, kernel, ceil_mode=True)[:, 0] > 0 if kernel != (1, 1) else changed
@@ -203,6 +244,6 @@ class PlaneLayout:
 def to_rgb(frame: av.VideoFrame, layout: PlaneLayout | None = None) -> np.ndarray:
     """Upright RGB24 (H, W, 3) of a decoded frame on the CPU, the same conversion the devices use."""
     planar = as_planar_yuv(frame)
-    layout = layout or PlaneLayout.of(planar, frame.rotation)
+    layout = layout or PlaneLayout.of(planar, Orientation.of_matrix(display_matrix(frame)))
     planes = [torch.from_numpy(p.copy())[None] for p in frame_planes(planar)]
     return layout.to_rgb(planes)[0].permute(1, 2, 0).to(torch.uint8).numpy()

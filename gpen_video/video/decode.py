@@ -15,7 +15,8 @@ import av
 import numpy as np
 import torch
 
-from .colour import PlaneLayout, as_planar_yuv, frame_planes, planes_to_frame, to_rgb
+from .colour import Orientation, PlaneLayout, as_planar_yuv, display_matrix, frame_planes, planes_to_frame, to_rgb
+from .hdr import HdrMetadata
 from .streams import is_cover_art
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class VideoInfo:
     path: Path
     width: int  # upright
     height: int
-    rotation: int
+    display_matrix: tuple[int, ...] | None  # as the input has it (turn and mirroring), written back unchanged
     time_base: Fraction
     average_rate: Fraction | None
     frames: int | None  # from the container header; may be missing or approximate
@@ -74,6 +75,7 @@ class VideoInfo:
     #: Why the file is cut short, from its index (MP4/MOV list every packet's place in the file),
     #: or "" when every indexed packet is there; a cut that only decoding reveals is found by demux.
     truncated: str = ""
+    hdr: HdrMetadata | None = None  # HDR10 static metadata of the first frame
 
     @property
     def fps(self) -> float:
@@ -124,11 +126,13 @@ def probe(path: str | Path) -> VideoInfo:
             first = next(container.decode(stream))
         except (StopIteration, av.FFmpegError) as exc:
             raise InputError(f"{path} has no decodable video frame ({exc or 'empty stream'})") from None
-        rotation = first.rotation
-        width, height = (first.height, first.width) if round(rotation / 90) % 2 else (first.width, first.height)
+        matrix = display_matrix(first)
+        turned = Orientation.of_matrix(matrix).transpose
+        width, height = (first.height, first.width) if turned else (first.width, first.height)
         duration = float(stream.duration * stream.time_base) if stream.duration else None
-        return VideoInfo(Path(path), width, height, rotation, stream.time_base, stream.average_rate,
-                         stream.frames or None, duration, first.format.name, _cut_from_index(stream, path))
+        return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
+                         stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
+                         HdrMetadata.of(first))
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:
@@ -206,6 +210,7 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
 
     file_size = Path(container.name).stat().st_size
     size: tuple[int, int] | None = None
+    orientation: Orientation | None = None
     last_end = 0.0  # where the latest frame's display ends, in seconds
     for packet in container.demux(streams):
         if packet.stream.index != video.index:
@@ -234,8 +239,10 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
                 raise InputError(f"{container.name}: the video changes size from {size[0]}x{size[1]} to "
                                  f"{frame.width}x{frame.height} at {float(frame.time or 0):.3f} s (frame {index}); "
                                  f"cut it into parts of one size first")
+            if orientation is None:  # one display matrix per stream: read once
+                orientation = Orientation.of_matrix(display_matrix(frame))
             planar = as_planar_yuv(frame)
-            last = SourceFrame(index, planar, PlaneLayout.of(planar, frame.rotation),
+            last = SourceFrame(index, planar, PlaneLayout.of(planar, orientation),
                                damage="corrupt" if frame.is_corrupt else "")
             if frame.time is not None:
                 last_end = max(last_end, float(frame.time) + float((frame.duration or 0) * frame.time_base))

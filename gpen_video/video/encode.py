@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import av
 
-from .colour import copy_colour_tags, frame_planes, planes_to_frame
+from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame
 from .decode import SourceFrame, VideoInfo, video_stream
 from .formats import choose_encoder, pick_pix_fmt
+from .hdr import PARAMS_OPTION
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .streams import CompanionStreams, ContainerRules
 
@@ -90,7 +92,7 @@ class VideoWriter:
             raise OutputError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(CONTAINERS)}")
         rules = CONTAINERS[ext]
         src_video = video_stream(source)
-        choice = choose_encoder(ext, rules.video, src_video, settings.codec)
+        choice = choose_encoder(ext, rules.video, src_video, settings.codec, info.pix_fmt)
         try:
             codec = av.codec.Codec(choice.codec, "w")
         except Exception:
@@ -114,6 +116,10 @@ class VideoWriter:
             if lost:
                 self._warn(f"{codec.name} cannot store {info.pix_fmt}; encoded as {self.pix_fmt}, losing "
                            f"{' and '.join(lost)}")
+        self.hdr_params = info.hdr.encoder_params(codec.name) if info.hdr is not None else []
+        if info.hdr is not None and not self.hdr_params:
+            self._warn(f"{codec.name} cannot carry the input's HDR10 {info.hdr.describe()} metadata; it is left "
+                       f"out (the transfer and primaries tags are kept)")
         self.info = info
         self._encoder_setup = (src_video, codec, choice, settings)
         self.claim = OutputClaim(output, overwrite)
@@ -140,8 +146,8 @@ class VideoWriter:
         tag = src_video.codec_context.codec_tag
         if ext in (".mp4", ".mov") and tag in _KEPT_TAGS and src_video.codec_context.name == codec.canonical_name:
             video.codec_context.codec_tag = tag
-        if info.rotation:
-            video.set_display_rotation(info.rotation)
+        if info.display_matrix is not None:
+            video.set_display_matrix(info.display_matrix)  # turn and mirroring, exactly as the input's
         self.video = video
         self.companions = CompanionStreams(self.container, source, src_video, video, ext, rules, self._warn)
         try:
@@ -156,7 +162,8 @@ class VideoWriter:
         info = self.info
         src_video, codec, choice, settings = self._encoder_setup
         src_cc = src_video.codec_context
-        coded_w, coded_h = (info.height, info.width) if round(info.rotation / 90) % 2 else (info.width, info.height)
+        turned = Orientation.of_matrix(info.display_matrix).transpose
+        coded_w, coded_h = (info.height, info.width) if turned else (info.width, info.height)
         cc.width, cc.height = coded_w, coded_h
         cc.pix_fmt = self.pix_fmt
         cc.time_base = info.time_base
@@ -180,8 +187,12 @@ class VideoWriter:
         preset = settings.preset or DEFAULT_PRESET.get(codec.name)
         if preset is not None:
             options["preset"] = preset
-        if codec.name == "libx265":
-            options["x265-params"] = "log-level=error"  # x265 prints its own statistics otherwise
+        params = ["log-level=error"] if codec.name == "libx265" else []  # x265 prints its statistics otherwise
+        if codec.name == "libsvtav1":
+            os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints its whole configuration otherwise
+        params += self.hdr_params
+        if params:
+            options[PARAMS_OPTION[codec.name]] = ":".join(params)
         cc.options = options
 
     def new_encoder(self) -> av.codec.context.CodecContext:

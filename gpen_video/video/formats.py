@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 
 import av
 
-#: Container (by extension) -> the encoder used when the input's own codec cannot be followed.
-DEFAULT_CODEC = {".mp4": "libx264", ".mov": "libx264", ".mkv": "libx264", ".webm": "libvpx-vp9"}
+#: Container (by extension) -> the encoders tried when the input's own codec cannot be followed:
+#: the first that keeps the input's pixel format whole, else the first (AV1 keeps 10-bit in WebM,
+#: where this FFmpeg's VP9 takes 8 bits only; x265 keeps 12-bit where x264 stops at 10).
+FALLBACK_CODECS = {".mp4": ("libx264", "libx265"), ".mov": ("libx264", "libx265"), ".mkv": ("libx264", "libx265"),
+                   ".webm": ("libvpx-vp9", "libsvtav1")}
 #: Input codec (canonical name) -> the encoder that writes the same format.
 FOLLOW_CODEC = {"h264": "libx264", "hevc": "libx265", "prores": "prores_ks", "vp9": "libvpx-vp9",
                 "ffv1": "ffv1", "av1": "libsvtav1"}
@@ -94,27 +97,28 @@ class EncoderChoice:
     warnings: list[str] = field(default_factory=list)
 
 
-def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, asked: str | None) -> EncoderChoice:
+def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, asked: str | None,
+                   pix_fmt: str) -> EncoderChoice:
     """``asked`` when the user named an encoder; else the one that writes the input's own codec,
-    with the input's ProRes profile, when the container ``ext`` can hold it; else the
-    container's default (x264 at CRF 0 for a lossless input), with a warning naming what changes."""
+    with the input's ProRes profile, when the container ``ext`` can hold it; else one of the
+    container's (x264 at CRF 0 for a lossless input), with a warning naming what changes."""
     if asked:
         return EncoderChoice(asked, _prores_options(asked, source))
     name = source.codec_context.codec.canonical_name
     follow = FOLLOW_CODEC.get(name)
     if follow is not None and follow in av.codecs_available and name in allowed:
         return EncoderChoice(follow, _prores_options(follow, source))
-    fallback = DEFAULT_CODEC[ext]
     lossless = name in LOSSLESS_CODECS and "h264" in allowed
-    if lossless:
-        fallback = "libx264"
+    candidates = [c for c in FALLBACK_CODECS[ext] if c in av.codecs_available]
+    keeping = [c for c in candidates if not pick_pix_fmt(av.codec.Codec(c, "w"), pix_fmt)[1]]
+    fallback = "libx264" if lossless else (keeping or candidates)[0]
     warnings = []
-    if follow is not None:
-        how = "losslessly as h264 (libx264 at CRF 0)" if lossless else f"as {_format_name(fallback)} ({fallback})"
-        warnings.append(f"{ext} cannot hold the input's {name} video; it is encoded {how}")
-    elif name in LOSSLESS_CODECS:
+    if name in LOSSLESS_CODECS and not lossless:
         warnings.append(f"the input's video is lossless {name}, which {ext} cannot hold; it is encoded lossily "
                         f"as {_format_name(fallback)} ({fallback}): use .mkv to keep it lossless")
+    elif follow is not None:
+        how = "losslessly as h264 (libx264 at CRF 0)" if lossless else f"as {_format_name(fallback)} ({fallback})"
+        warnings.append(f"{ext} cannot hold the input's {name} video; it is encoded {how}")
     return EncoderChoice(fallback, lossless=lossless, warnings=warnings)
 
 
