@@ -199,6 +199,9 @@ def _print_long(rows: _Rows, seconds: float, long_seconds: float) -> None:
               f"{rows['run_rss_mib_long']:.0f} MiB ({long_seconds:g} s clip): {rows['run_rss_growth']:+.1%}")
         print(f"one face, {long_seconds:g} s clip: {rows['run_fps_long']:.1f} fps, transcode only "
               f"{rows['long_transcode_fps']:.1f} fps: ratio {rows['long_ratio']:.2f}")
+    if "run_rss_mib_uhd" in rows:
+        print(f"peak RSS of a whole 3840x2160 run: {rows['run_rss_mib_uhd']:.0f} MiB, "
+              f"{rows['run_rss_uhd_over_hd']:.2f}x the 1080p run's")
 
 
 def main() -> None:
@@ -210,6 +213,9 @@ def main() -> None:
     ap.add_argument("--gpus", default="0", help="GPUs for the multi-GPU rows, e.g. 0,1 (one GPU: no such rows)")
     ap.add_argument("--seconds", type=float, default=60.0, help="length of the one-face clip")
     ap.add_argument("--crowd-seconds", type=float, default=20.0)
+    ap.add_argument("--uhd-seconds", type=float, default=10.0,
+                    help="length of a 3840x2160 one-face clip whose whole run's peak memory is set beside the "
+                         "1080p one's (0: skip)")
     ap.add_argument("--long-seconds", type=float, default=600.0,
                     help="length of the long one-face clip: its peak memory is compared with the short one's, "
                          "its fps with a transcode's (0: skip)")
@@ -256,6 +262,11 @@ def main() -> None:
             short = whole_run(one_face, tmp_path / "rs.mp4", rss_options)
             long = whole_run(longer, tmp_path / "rl.mp4", rss_options)
             rows["run_rss_mib_short"], rows["run_rss_mib_long"] = short["peak_rss_mib"], long["peak_rss_mib"]
+            if args.uhd_seconds and size is not None:  # bounded in bytes: 4K must not take 4x the memory
+                uhd = build_clip(SHARED / "talking_head_speech_retalking2.mp4", tmp_path / "uhd.mp4",
+                                 args.uhd_seconds, (3840, 2160))
+                rows["run_rss_mib_uhd"] = whole_run(uhd, tmp_path / "ru.mp4", rss_options)["peak_rss_mib"]
+                rows["run_rss_uhd_over_hd"] = rows["run_rss_mib_uhd"] / rows["run_rss_mib_short"]
             rows["run_rss_growth"] = rows["run_rss_mib_long"] / rows["run_rss_mib_short"] - 1
             # The one-face ratio again on the long clip, where the pipeline's fixed start-up and
             # drain (filling ~120 frames in flight) weigh less than on the short one.

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from .faces.detect import DEFAULT_DETECTOR, DETECTORS, box_size
 from .faces.track import FaceTracker, track_faces
 from .faces.tracks_file import TracksWriter
-from .pipeline import Pipeline
+from .pipeline import Pipeline, frames_per_batch
 from .restore import DeviceSettings, DeviceWorker
 from .video.decode import InputError, open_input, probe
 from .video.encode import CONTAINERS, EncoderSettings, OutputError, VideoWriter
@@ -188,8 +188,9 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                 writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), job), input, segment_frames)
                 start_frame = writer.first_frame
             workers = [DeviceWorker(state_dict, s) for s in settings]
+            batch_frames = frames_per_batch(batch_size, info.width * info.height)
             for worker in workers:
-                worker.capture_detection(batch_size, info.height, info.width)
+                worker.capture_detection(batch_frames, info.height, info.width)
             tracks = TracksWriter(Path(tracks_out)) if tracks_out else None
             bar = tqdm(total=info.frames, initial=start_frame, unit="frame", disable=not progress, dynamic_ncols=True)
             faces = [0]
@@ -200,7 +201,7 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
                 bar.set_postfix(faces=faces[0], refresh=False)
 
             tracker = FaceTracker() if smooth is None else FaceTracker(smooth=smooth)
-            pipeline = Pipeline(container, writer, workers, tracker, batch_frames=batch_size,
+            pipeline = Pipeline(container, writer, workers, tracker, batch_frames=batch_frames,
                                 tracks=tracks, on_frame=on_frame, start_frame=start_frame,
                                 allow_truncated=allow_truncated, truncated=info.truncated)
             try:

@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--device", choices=["cpu", "cuda"], help="force the CPU (slow) or CUDA")
     dev.add_argument("--precision", choices=sorted(PRECISIONS),
                      help="GPEN arithmetic (default fp16 on GPU, fp32 on CPU)")
-    dev.add_argument("--batch-size", type=int, default=16, help="frames per detection batch and faces per GPEN batch")
+    dev.add_argument("--batch-size", type=int, default=16,
+                     help="faces per GPEN batch, and frames per detection batch up to 1080p (fewer for larger frames)")
     dev.add_argument("--no-compile", dest="compile", action="store_false", default=None,
                      help="skip torch.compile on GPUs (starts faster, runs slower)")
     model = p.add_argument_group("model")

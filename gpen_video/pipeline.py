@@ -7,7 +7,8 @@ drains before new work enters. A worker collects a detection or restoration batc
 next of its kind is queued behind it (or it has nothing else to do), so the device is never left
 without work while the host reads results back and prepares the next batch.
 Tracking needs the frames in order, so it runs in one thread between the two device stages. A
-semaphore caps the frames in flight, which keeps memory flat whatever the video's length; the
+semaphore caps the frames in flight, which keeps memory flat whatever the video's length; batches
+hold fewer frames the larger they are, which bounds it in bytes whatever the frame size. The
 encoder writes frames strictly in order.
 Any stage's error stops every stage and reaches the caller; nothing is left at OUTPUT.
 """
@@ -41,6 +42,8 @@ _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
 QUEUED_RESTORATIONS = 2
 #: Detection batches likewise: a worker collects a detection once the next is queued, not at once.
 QUEUED_DETECTIONS = 2
+#: The frame size batches are counted for (1080p); larger frames get fewer per batch.
+REFERENCE_PIXELS = 1920 * 1080
 
 
 class Stopped(Exception):
@@ -134,6 +137,22 @@ def _restore_cut(faces: list[int], face_batch: int) -> int:
     return best
 
 
+def frames_per_batch(batch_size: int, frame_pixels: int) -> int:
+    """Frames per detection and restoration batch: ``batch_size`` at 1080p and below, fewer for
+    larger frames (a quarter at 4K), so that a batch's working tensors and the frames in flight
+    (:func:`frames_in_flight`, counted in batches) take the same bytes whatever the frame size.
+    GPEN's own batches count faces and stay ``batch_size``."""
+    return max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(frame_pixels, 1)))
+
+
+def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:
+    """How many frames may be between the decoder and the encoder at once: per worker, its queued
+    detection and restoration batches; one worker's worth more for the batches between the
+    stages; the tracker's look-ahead and the batch the decoder is filling."""
+    per_worker = (QUEUED_RESTORATIONS + QUEUED_DETECTIONS) * batch_frames
+    return per_worker * (workers + 1) + lookahead + batch_frames
+
+
 def _device_of(frame: SourceFrame) -> torch.device | None:
     return frame.on_device.rgb.device if frame.on_device is not None else None
 
@@ -152,6 +171,7 @@ class Pipeline:
         self.workers = workers
         self.tracker = tracker
         self.batch = batch_frames
+        self.face_batch = workers[0].settings.face_batch  # GPEN's batch, which restoration batches are cut to fill
         self.tracks = tracks
         self.on_frame = on_frame or (lambda frames, faces: None)
         self.stop = threading.Event()
@@ -160,12 +180,7 @@ class Pipeline:
         self.tasks = _Tasks(self.stop)
         self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
-        # Per worker: its queued detection and restoration batches; one worker's worth more for
-        # the batches between the stages; then the tracker's look-ahead and the batch the decoder
-        # is filling.
-        per_worker = (QUEUED_RESTORATIONS + QUEUED_DETECTIONS) * batch_frames
-        in_flight = per_worker * (len(workers) + 1) + tracker.lookahead + batch_frames
-        self.slots = threading.Semaphore(in_flight)
+        self.slots = threading.Semaphore(frames_in_flight(len(workers), batch_frames, tracker.lookahead))
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
@@ -331,7 +346,7 @@ class Pipeline:
                 else:
                     batch.append((source, tracked))
                 if len(batch) == self.batch:
-                    cut = _restore_cut([len(t.faces) for _, t in batch], self.batch)
+                    cut = _restore_cut([len(t.faces) for _, t in batch], self.face_batch)
                     send(batch[:cut])
                     batch = batch[cut:]
                 # Faces may be sparse: a batch also leaves once its first frame is `batch` frames old,

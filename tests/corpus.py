@@ -147,13 +147,11 @@ def encoded(path: Path, codec: str, pix_fmt: str, frames: int = 12, options: dic
         for i, rgb in enumerate(rgb_frames(frames, (240, 240))):
             frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=pix_fmt)
             if alpha:
+                deep = "10" in pix_fmt
+                dtype = np.dtype(np.uint16 if deep else np.uint8)
                 plane = frame.planes[3]
-                ramp = np.linspace(0, 1023 if "10" in pix_fmt else 255, 240).astype(np.uint16 if "10" in pix_fmt
-                                                                                    else np.uint8)
-                values = np.broadcast_to(ramp, (240, 240))
-                row = plane.line_size // values.dtype.itemsize
-                buffer = np.frombuffer(memoryview(plane), values.dtype).reshape(240, row)
-                buffer[:, :240] = values
+                buffer = np.frombuffer(memoryview(plane), dtype).reshape(240, plane.line_size // dtype.itemsize)
+                buffer[:, :240] = np.linspace(0, 1023 if deep else 255, 240).astype(dtype)  # transparent to opaque
             for name, value in (tags or {}).items():
                 setattr(frame, name, value)
             frame.pts = i

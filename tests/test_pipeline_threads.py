@@ -17,7 +17,7 @@ import torch
 from gpen_video import restore as restore_module
 from gpen_video.api import restore_video
 from gpen_video.faces.detect import box_size
-from gpen_video.pipeline import _restore_cut
+from gpen_video.pipeline import _restore_cut, frames_in_flight, frames_per_batch
 from gpen_video.restore import DeviceSettings, DeviceWorker
 from gpen_video.video.colour import frame_planes, packed_to_frame, unpack_planes
 from gpen_video.video.decode import read_frames
@@ -161,6 +161,18 @@ def test_restoration_batches_are_cut_where_the_last_gpen_batch_is_fullest():
     assert cut == 13 and sum(crowd[:cut]) == 64
     assert _restore_cut([6] * 16, 16) == 16  # 48 faces after 8 frames fit too: the later cut wins
     assert _restore_cut([16] + [1] * 15, 16) == 16  # a perfect fit after one frame is too small a batch
+
+
+def test_larger_frames_travel_in_smaller_batches_so_memory_is_bounded_in_bytes():
+    """Frames per batch, and so the frames in flight, fall with the frame size: at 4K a quarter of
+    1080p's, and the bytes in flight stay within 1.5x of 1080p's (the tracker's look-ahead is
+    counted in frames whatever their size)."""
+    hd, uhd = 1920 * 1080, 3840 * 2160
+    assert [frames_per_batch(16, p) for p in (640 * 480, hd, 2560 * 1440, uhd, 7680 * 4320)] == [16, 16, 9, 4, 1]
+    lookahead = 8  # smoothing sigma 1
+    hd_bytes = frames_in_flight(1, frames_per_batch(16, hd), lookahead) * hd
+    uhd_bytes = frames_in_flight(1, frames_per_batch(16, uhd), lookahead) * uhd
+    assert uhd_bytes <= 1.5 * hd_bytes
 
 
 def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_path, monkeypatch):
