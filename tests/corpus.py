@@ -256,3 +256,4 @@ def hdr10_hevc(path: Path, frames: int = 12) -> Path:
     return encoded(path, "libx265", "yuv420p10le", frames, tag="hvc1",
                    options={"preset": "ultrafast", "x265-params": f"log-level=error:hdr10=1:{HDR10_PARAMS}"},
                    tags={"color_primaries": 9, "color_trc": 16, "colorspace": 9})
+

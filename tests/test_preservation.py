@@ -257,3 +257,15 @@ def test_an_encoder_without_hdr10_metadata_says_so(small_gpen, tmp_path):
     assert _warnings(run) == ["gpen-video: prores_ks cannot carry the input's HDR10 mastering display and content "
                               "light level metadata; it is left out (the transfer and primaries tags are kept)"]
     assert _hdr(tmp_path / "out.mov")[1:3] == (16, 9)
+
+
+@pytest.mark.parametrize(("build", "name", "ext", "warning"), [
+    (corpus.quicktime_mov, "in.mov", ".mkv", "timecode track #2 is kept only as the video stream's timecode tag: "
+                                             ".mkv has no timecode tracks"),
+    (corpus.with_cover_art, "in.mp4", ".webm", "cover art stream #2 (mjpeg) is left out: .webm cannot hold it"),
+], ids=["timecode into mkv", "cover art into webm"])
+def test_what_a_container_cannot_hold_is_named(small_gpen, tmp_path, build, name, ext, warning):
+    src = build(tmp_path / name)
+    run = gpen_video(small_gpen, src, tmp_path / f"out{ext}")
+    assert run.returncode == 0, run.stderr
+    assert f"gpen-video: {warning}" in _warnings(run)
