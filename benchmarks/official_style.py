@@ -58,7 +58,8 @@ def official_style_fps(src: Path, dst: Path, weights: str, detector: str, detect
     finder = FaceDetector(detector, detector_weights, device=device, progress=False)
     mask = face_mask(config.size)
     container = open_input(src)
-    writer = VideoWriter(dst, container, probe(src), settings)
+    # A scratch file, written again by each run: replacing it is no loss.
+    writer = VideoWriter(dst, container, probe(src), settings, overwrite=True)
     frames = 0
     start = time.perf_counter()
     for item in demux(container, writer.copied_streams):

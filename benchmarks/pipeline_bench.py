@@ -83,7 +83,8 @@ def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool 
     encoding thread, as restored frames were until session 10; with ``staged``, the decode thread
     packs each frame into a pinned buffer, as the pipeline's does for its GPUs)."""
     container = open_input(src)
-    writer = VideoWriter(dst, container, probe(src), settings)
+    # A scratch file, written again by each run: replacing it is no loss.
+    writer = VideoWriter(dst, container, probe(src), settings, overwrite=True)
     items: queue.Queue = queue.Queue(maxsize=queued)
 
     def decode() -> None:
