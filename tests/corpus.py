@@ -87,6 +87,23 @@ def rich_mkv(path: Path, seconds: float = 1.6) -> Path:
     return path
 
 
+def subtitled_mp4(path: Path, seconds: float = 1.2) -> Path:
+    """The talking head with a German MP4 (mov_text) subtitle, flagged default, as phones and
+    editors export captions."""
+    with av.open(str(_source())) as source, av.open(str(path), "w") as out:
+        video, audio = source.streams.video[0], source.streams.audio[0]
+        pairs = [(video, [out.add_stream_from_template(video)]), (audio, [out.add_stream_from_template(audio)])]
+        subtitles = out.add_mux_stream("mov_text")
+        subtitles.metadata["language"] = "deu"
+        subtitles.disposition = av.stream.Disposition.default
+        _mux_copy(source, out, pairs, seconds)
+        text = "Guten Tag".encode()
+        cue = av.Packet(len(text).to_bytes(2, "big") + text)  # mov_text: a 16-bit length, then the text
+        cue.pts = cue.dts = 200
+        cue.duration, cue.time_base, cue.stream = 600, Fraction(1, 1000), subtitles
+        out.mux(cue)
+    return path
+
 def quicktime_mov(path: Path, seconds: float = 1.2) -> Path:
     """The talking head as a camera's MOV: a timecode track with a reel name, and QuickTime keys
     for make, model, GPS location and creation date."""

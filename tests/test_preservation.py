@@ -97,6 +97,19 @@ def test_what_mp4_cannot_hold_is_named_and_the_rest_kept(small_gpen, tmp_path):
     assert not (tmp_path / "strict.mp4").exists()
 
 
+@pytest.mark.parametrize("ext", [".mp4", ".mov"])
+def test_mp4_subtitles_are_copied_with_their_language_and_flag(small_gpen, tmp_path, ext):
+    src = corpus.subtitled_mp4(tmp_path / "in.mp4")
+    out = tmp_path / f"out{ext}"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    assert _streams(src)[2] == ("subtitle", 1, "deu", None)
+    # MOV spells German the bibliographic way (FFmpeg writes MOV languages from QuickTime's old list)
+    assert _streams(out)[2] == ("subtitle", 1, "deu" if ext == ".mp4" else "ger", None)
+    assert _packets(out, 2) == _packets(src, 2)
+    assert any(data.endswith(b"Guten Tag") for _, data in _packets(out, 2))
+
 def test_a_camera_mov_keeps_its_timecode_reel_and_quicktime_keys(small_gpen, tmp_path):
     src = corpus.quicktime_mov(tmp_path / "in.mov")
     out = tmp_path / "out.mov"

@@ -25,6 +25,12 @@ _OWN_KEYS = frozenset({"encoder", "major_brand", "minor_version", "compatible_br
 _ATTACHMENTS = frozenset({".mkv"})
 _COVER_STREAMS = frozenset({".mp4", ".mov"})
 _IMAGE_TYPES = {"mjpeg": ("jpg", "image/jpeg"), "png": ("png", "image/png"), "bmp": ("bmp", "image/bmp")}
+#: ISO 639-2 codes as FFmpeg's MOV muxer spells them: it writes a MOV track's language only from
+#: QuickTime's old Macintosh language list, which uses the bibliographic form of some codes and
+#: the terminological form of others, and drops a code spelled the other way ("deu" for German).
+_QUICKTIME_LANGUAGE = {"deu": "ger", "nld": "dut", "ell": "gre", "isl": "ice", "zho": "chi", "sqi": "alb",
+                       "mkd": "mac", "hye": "arm", "kat": "geo", "bod": "tib", "mya": "bur", "msa": "may",
+                       "cym": "wel", "eus": "baq", "fre": "fra", "rum": "ron", "cze": "ces", "slo": "slk"}
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ class CompanionStreams:
         self.transcodes: dict[int, _AudioTranscoder] = {}
         self.covers: list[tuple[av.stream.Stream, bytes]] = []  # muxed once the header is written
         output.metadata.update(own_metadata(source.metadata))
-        _copy_flags(video_in, video_out)
+        _copy_flags(video_in, video_out, ext)
         for stream in source.streams:
             if stream.index == video_in.index:
                 continue
@@ -143,7 +149,7 @@ class CompanionStreams:
         else:
             self.warn(f"subtitle stream #{stream.index} ({name}) cannot be copied into {self.ext}; it is left out")
             return
-        _copy_flags(stream, out)
+        _copy_flags(stream, out, self.ext)
 
     def _add_attachment(self, stream: av.stream.Stream) -> None:
         if self.ext in _ATTACHMENTS:
@@ -157,7 +163,7 @@ class CompanionStreams:
         name = _codec_name(stream)
         if self.ext in _COVER_STREAMS and name in _IMAGE_TYPES:
             out = self.output.add_stream_from_template(stream)
-            _copy_flags(stream, out)
+            _copy_flags(stream, out, self.ext)
             self.covers.append((out, picture))
         elif self.ext in _ATTACHMENTS and name in _IMAGE_TYPES:
             suffix, mimetype = _IMAGE_TYPES[name]
@@ -208,7 +214,10 @@ def _codec_name(stream: av.stream.Stream) -> str:
     return stream.codec_context.codec.canonical_name
 
 
-def _copy_flags(source: av.stream.Stream, out: av.stream.Stream) -> None:
+def _copy_flags(source: av.stream.Stream, out: av.stream.Stream, ext: str) -> None:
     """The input stream's disposition flags, language, title and other tags, onto ``out``."""
     out.disposition = source.disposition
     out.metadata.update(own_metadata(source.metadata))
+    language = out.metadata.get("language")
+    if ext == ".mov" and language in _QUICKTIME_LANGUAGE:
+        out.metadata["language"] = _QUICKTIME_LANGUAGE[language]  # the same language, as MOV spells it
