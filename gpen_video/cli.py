@@ -15,6 +15,7 @@ EXAMPLES = """examples:
   gpen-video talk.mp4 talk_restored.mp4                 restore on the first GPU (or the CPU)
   gpen-video talk.mp4 out.mp4 --gpus 0,1                 split the work over two GPUs
   gpen-video old.mov out.mov --codec prores_ks           edit-friendly ProRes output
+  gpen-video master.mov out.mov --strict                 refuse anything that cannot be kept
   gpen-video talk.mp4 out.mkv --codec ffv1               lossless output
   gpen-video photo.jpg photo_restored.png                one image
   gpen-video talk.mp4 out.mp4 --tracks-out faces.json    also write what was restored, frame by frame
@@ -71,10 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     faces.add_argument("--smooth", type=float, help="temporal smoothing of face tracks (0 turns it off)")
     faces.add_argument("--tracks-out", type=Path, help="write the faces found and used per frame as JSON")
     enc = p.add_argument_group("encoding")
-    enc.add_argument("--codec", help="libx264 (default), libx265, h264_nvenc, hevc_nvenc, prores_ks, ffv1, libvpx-vp9")
+    enc.add_argument("--codec", help="libx264, libx265, prores_ks, ffv1, libvpx-vp9, libsvtav1, h264_nvenc, hevc_nvenc "
+                                     "(default: the input's own codec where the container holds it, else libx264)")
     enc.add_argument("--crf", type=int, help="quality (default: visually lossless for the codec; 0 = lossless x264)")
     enc.add_argument("--preset", help="encoder preset (default: fast for x264/x265)")
-    enc.add_argument("--pix-fmt", help="output pixel format (default: the input's, when the codec takes it)")
+    enc.add_argument("--pix-fmt", help="output pixel format (default: the input's, else the closest the encoder "
+                                       "takes, with a warning naming the loss)")
     enc.add_argument("--encoder-threads", type=int, default=0,
                      help="encoder threads (default 0: the encoder's own choice, about 1.5 per core for x264)")
     enc.add_argument("--strict", action="store_true",
