@@ -245,14 +245,17 @@ _PEAK_RSS = textwrap.dedent("""
 
 
 def test_peak_memory_does_not_grow_with_video_length(small_gpen, tmp_path):
+    """One run's peak RSS differs from the next by up to ~12 %, same code, same clip (the
+    allocator and the threads' timing; measured before session 11's changes too), so the least of
+    two runs of each length is compared: a rare high peak must not pass for growth."""
     peaks = {}
     for loops in (1, 4):
         clip = tmp_path / f"loop{loops}.mp4"
         _looped_clip(clip, loops)
-        run = subprocess.run([sys.executable, "-c", _PEAK_RSS, clip, tmp_path / f"out{loops}.mp4", small_gpen,
-                              shared_file("weights/retinaface_mobilenet0.25.pth")],
-                             capture_output=True, text=True, check=True, timeout=900)
-        peaks[loops] = int(run.stdout.split()[-1])
+        runs = [subprocess.run([sys.executable, "-c", _PEAK_RSS, clip, tmp_path / f"out{loops}-{i}.mp4", small_gpen,
+                                shared_file("weights/retinaface_mobilenet0.25.pth")],
+                               capture_output=True, text=True, check=True, timeout=900) for i in range(2)]
+        peaks[loops] = min(int(run.stdout.split()[-1]) for run in runs)
     assert peaks[4] < 1.1 * peaks[1], peaks
 
 
