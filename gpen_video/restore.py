@@ -71,17 +71,22 @@ def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:
     return staged
 
 
-def _runs(frames: Sequence[SourceFrame]) -> list[slice]:
-    """Consecutive frames that share size, format and layout, so they convert as one batch."""
-    def key(f: SourceFrame) -> tuple:
-        return f.frame.width, f.frame.height, f.frame.format.name, f.layout
+def _groups(frames: Sequence[SourceFrame]) -> list[list[int]]:
+    """The frames (by position) that share format and layout, so they convert as one batch: the
+    fields of an interlaced video form two groups (top and bottom lines), a progressive video one.
+    Every group comes out at the video's upright size, so their RGB is one batch again."""
+    groups: dict[tuple, list[int]] = {}
+    for i, f in enumerate(frames):
+        groups.setdefault((f.frame.width, f.frame.height, f.frame.format.name, f.layout), []).append(i)
+    return list(groups.values())
 
-    runs, start = [], 0
-    for i in range(1, len(frames) + 1):
-        if i == len(frames) or key(frames[i]) != key(frames[start]):
-            runs.append(slice(start, i))
-            start = i
-    return runs
+
+def _in_order(parts: list[torch.Tensor], groups: list[list[int]]) -> torch.Tensor:
+    """The groups' batches (in :func:`_groups` order) as one batch in the frames' own order."""
+    if len(parts) == 1:
+        return parts[0]
+    order = torch.tensor([i for group in groups for i in group], device=parts[0].device)
+    return torch.cat(parts).index_select(0, torch.argsort(order))
 
 
 class DeviceWorker:
@@ -170,20 +175,22 @@ class DeviceWorker:
     def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]:
         """:meth:`detect`, queued on the device: returns once the work is queued, not done. The
         frames keep their planes and RGB on the device for their restoration."""
-        found, means = [], []
         with self._detecting():
-            for run in _runs(frames):
-                planes = self._upload(frames[run])
-                rgb = frames[run][0].layout.to_rgb(planes)
+            rgbs = []
+            for group in _groups(frames):
+                members = [frames[i] for i in group]
+                planes = self._upload(members)
+                rgb = members[0].layout.to_rgb(planes)
                 kept = rgb.to(torch.uint8)
-                for i, frame in enumerate(frames[run]):
+                for i, frame in enumerate(members):
                     frame.on_device = OnDevice([p[i] for p in planes], kept[i])
-                found.append(self.detector.queue_rgb(rgb))
-                means.append(to_host(thumbnail_means(rgb)))
+                rgbs.append(rgb)
+            rgb = _in_order(rgbs, _groups(frames))
+            found = self.detector.queue_rgb(rgb)
+            means = to_host(thumbnail_means(rgb))
 
             def finish() -> tuple[list[list[Face]], np.ndarray]:
-                faces = [f for pending in found for f in pending.result()]
-                return faces, gray_thumbnails(np.concatenate([m.numpy() for m in means]))
+                return found.result(), gray_thumbnails(means.numpy())
 
             return Pending(finish, self.device)
 
@@ -224,20 +231,21 @@ class DeviceWorker:
     def queue_restore(self, frames: Sequence[SourceFrame],
                       faces: Sequence[Sequence[FaceSpec]]) -> Pending[list[Restored]]:
         """:meth:`restore`, queued on the device: returns once the work is queued, not done."""
-        runs = _runs(frames)
+        groups = _groups(frames)
+        resident = [self._resident([frames[i] for i in group]) for group in groups]
+        image, changed = self.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces)
         downloads = []
-        for run in runs:
-            layout = frames[run][0].layout
-            planes, rgb = self._resident(frames[run])
-            image, changed = self.restore_rgb(rgb, faces[run])
-            downloads.append(self._download(layout.merge(layout.to_planes(image, planes[0].dtype), planes, changed)))
+        for group, (planes, _) in zip(groups, resident):
+            layout, mine = frames[group[0]].layout, torch.tensor(group, device=image.device)
+            new = layout.to_planes(image.index_select(0, mine), planes[0].dtype)
+            downloads.append(self._download(layout.merge(new, planes, changed.index_select(0, mine))))
 
         def finish() -> list[Restored]:
-            results = []
-            for run, host in zip(runs, downloads):
+            results: list[Restored | None] = [None] * len(frames)
+            for group, host in zip(groups, downloads):
                 packed = host.numpy()
-                results += [Restored(packed_to_frame(packed[i], source.frame), len(fs))
-                            for i, (source, fs) in enumerate(zip(frames[run], faces[run]))]
+                for row, i in enumerate(group):
+                    results[i] = Restored(packed_to_frame(packed[row], frames[i].frame), len(faces[i]))
             return results
 
         return Pending(finish, self.device)
