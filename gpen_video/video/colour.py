@@ -77,12 +77,17 @@ def _samples(plane: torch.Tensor) -> torch.Tensor:
     return plane.float()
 
 
+def writable_planes(frame: av.VideoFrame) -> list[np.ndarray]:
+    """:func:`frame_planes` of a frame this code made (not a decoder's), as arrays to write into."""
+    dtype = np.int16 if frame.format.components[0].bits > 8 else np.uint8
+    return [np.frombuffer(memoryview(p), dtype).reshape(p.height, -1)[:, : p.width] for p in frame.planes]
+
+
 def planes_to_frame(planes: list[np.ndarray], like: av.VideoFrame, format: str | None = None) -> av.VideoFrame:
     """A new frame of ``like``'s size and colour tags (and format, unless ``format`` names another
     with the same planes) holding ``planes``."""
     frame = av.VideoFrame(like.width, like.height, format or like.format.name)
-    for plane, samples in zip(frame.planes, planes):
-        dst = np.frombuffer(memoryview(plane), samples.dtype).reshape(plane.height, -1)[:, : plane.width]
+    for dst, samples in zip(writable_planes(frame), planes):
         np.copyto(dst, samples)
     return copy_colour_tags(like, frame)
 
@@ -169,6 +174,27 @@ def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
 
 
 @dataclass(frozen=True)
+class FieldLines:
+    """One field of an interlaced frame, held as a picture of its own (its lines alone, stored
+    orientation): every other line of the frame, from row ``parity`` (0 top field, 1 bottom)."""
+
+    parity: int
+    lines: int  # the whole frame's height
+
+    def doubled(self, image: torch.Tensor) -> torch.Tensor:
+        """(..., field lines, w) -> (..., frame lines, w): the field made whole by line doubling,
+        each missing line the mean of the field's lines above and below it (the nearest at the edges)."""
+        rows = (torch.arange(self.lines, device=image.device) - self.parity) / 2
+        last = image.shape[-2] - 1
+        above, below = rows.floor().long().clamp(0, last), rows.ceil().long().clamp(0, last)
+        return (image.index_select(-2, above) + image.index_select(-2, below)) / 2
+
+    def own(self, image: torch.Tensor) -> torch.Tensor:
+        """(..., frame lines, w) -> the field's own lines: the inverse of :meth:`doubled`."""
+        return image[..., self.parity :: 2, :]
+
+
+@dataclass(frozen=True)
 class PlaneLayout:
     """How one video's samples map to RGB: what a conversion needs to know, read from a frame."""
 
@@ -178,13 +204,15 @@ class PlaneLayout:
     kb: float
     full_range: bool
     orientation: Orientation  # from stored to upright
+    field: FieldLines | None = None  # an interlaced frame's field: face work sees it line-doubled
 
     @classmethod
     def of(cls, frame: av.VideoFrame, orientation: Orientation) -> PlaneLayout:
         """The layout of a planar YUV ``frame`` shown with ``orientation`` (from the decoded
         frame's display matrix: a converted frame no longer carries it)."""
-        luma, chroma = frame.format.components[0], frame.format.components[1]
-        shift = ((frame.height // chroma.height).bit_length() - 1, (frame.width // chroma.width).bit_length() - 1)
+        luma = frame.format.components[0]
+        chroma = av.VideoFormat(frame.format.name, 64, 64).components[1]  # an even size: odd ones round up
+        shift = ((64 // chroma.height).bit_length() - 1, (64 // chroma.width).bit_length() - 1)
         kr, kb = _LUMA_WEIGHTS[matrix_tag(frame)]
         full = frame.color_range == _FULL_RANGE or frame.format.name.startswith("yuvj")
         return cls(luma.bits, shift, kr, kb, full, orientation)
@@ -199,7 +227,8 @@ class PlaneLayout:
 
     def to_rgb(self, planes: list[torch.Tensor]) -> torch.Tensor:
         """Upright RGB (N, 3, H, W), float in [0, 255] rounded to whole levels, from (N, h, w)
-        planes in stored orientation; chroma is interpolated bilinearly at the sample centres."""
+        planes in stored orientation; chroma is interpolated bilinearly at the sample centres.
+        A field comes out whole, as high as its frame (:meth:`FieldLines.doubled`)."""
         luma_offset, luma_span, chroma_centre, chroma_span = self._scale()
         y = (_samples(planes[0]) - luma_offset) / luma_span
         height, width = y.shape[-2:]
@@ -211,13 +240,18 @@ class PlaneLayout:
         r = y + 2 * (1 - self.kr) * pr
         b = y + 2 * (1 - self.kb) * pb
         g = (y - self.kr * r - self.kb * b) / kg
-        rgb = (torch.stack([r, g, b], 1) * 255).round_().clamp_(0, 255)
-        return self.orientation.upright(rgb)
+        rgb = torch.stack([r, g, b], 1)
+        if self.field is not None:
+            rgb = self.field.doubled(rgb)
+        return self.orientation.upright((rgb * 255).round_().clamp_(0, 255))
 
     def to_planes(self, rgb: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
         """The inverse of :meth:`to_rgb`: (N, 3, H, W) upright RGB in [0, 255] -> stored-orientation
-        planes of ``dtype`` (that of :func:`frame_planes`); chroma is the mean of the samples it covers."""
+        planes of ``dtype`` (that of :func:`frame_planes`); chroma is the mean of the samples it covers.
+        A field keeps only its own lines."""
         rgb = self.orientation.stored(rgb)
+        if self.field is not None:
+            rgb = self.field.own(rgb)
         luma_offset, luma_span, chroma_centre, chroma_span = self._scale()
         r, g, b = (rgb / 255).unbind(1)
         y = self.kr * r + (1 - self.kr - self.kb) * g + self.kb * b
@@ -234,6 +268,8 @@ class PlaneLayout:
         """``new`` samples where ``changed`` (N, H, W upright bool) reaches them, else ``old``: a
         chroma sample counts as changed when any pixel it covers changed. An alpha plane is ``old``'s."""
         changed = self.orientation.stored(changed)
+        if self.field is not None:
+            changed = self.field.own(changed)
         mask = changed[:, None].float()
         kernel = (2 ** self.chroma_shift[0], 2 ** self.chroma_shift[1])
         cover = F.max_pool2d(mask, kernel, ceil_mode=True)[:, 0] > 0 if kernel != (1, 1) else changed
