@@ -203,7 +203,8 @@ def restore_video(input: str | Path, output: str | Path, *, gpus: list[int] | No
             tracker = FaceTracker() if smooth is None else FaceTracker(smooth=smooth)
             pipeline = Pipeline(container, writer, workers, tracker, batch_frames=batch_frames,
                                 tracks=tracks, on_frame=on_frame, start_frame=start_frame,
-                                allow_truncated=allow_truncated, truncated=info.truncated)
+                                allow_truncated=allow_truncated, truncated=info.truncated, fields=info.fields,
+                                fps=info.fps)
             try:
                 result = pipeline.run()
             finally:

@@ -35,6 +35,7 @@ from .restore import DeviceWorker, Restored, stage_planes
 from .transfer import Pending
 from .video.decode import DecodeReport, SourceFrame, demux
 from .video.encode import VideoWriter
+from .video.fields import FieldOrder, split_fields, woven_frame
 from .video.segments import SegmentedWriter
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
@@ -163,8 +164,14 @@ class Pipeline:
     def __init__(self, container: av.container.InputContainer, writer: VideoWriter | SegmentedWriter,
                  workers: list[DeviceWorker], tracker: FaceTracker, batch_frames: int,
                  tracks: TracksWriter | None = None, on_frame: Callable[[int, int], None] | None = None,
-                 start_frame: int = 0, allow_truncated: bool = False, truncated: str = "") -> None:
+                 start_frame: int = 0, allow_truncated: bool = False, truncated: str = "",
+                 fields: FieldOrder | None = None, fps: float = 25.0) -> None:
         self.container = container
+        # An interlaced video's fields travel as pictures of their own, two per frame (video.fields);
+        # every count below is of pictures, and the encoder weaves each frame's back together.
+        self.fields = fields
+        self.field_time = 0.5 / fps
+        self.pictures_per_frame = 2 if fields is not None else 1
         self.allow_truncated = allow_truncated
         self.report = DecodeReport(truncated)  # the cut found in the file's index, if any
         self.writer = writer
@@ -184,8 +191,8 @@ class Pipeline:
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
-        self.start_frame = start_frame
-        self.first_tracked = max(0, start_frame - tracker.context)
+        self.start_frame = start_frame * self.pictures_per_frame
+        self.first_tracked = max(0, self.start_frame - tracker.context)
         self.frames_decoded = 0
         # GPU workers upload from pinned buffers; the decode thread fills them, off the workers' thread.
         self.stage_for_gpu = any(w.device.type == "cuda" for w in workers)
@@ -252,18 +259,22 @@ class Pipeline:
             if isinstance(item, av.Packet):
                 self.to_encode.put(("packet", item))
                 continue
-            self.frames_decoded += 1
-            if item.index < self.first_tracked:
-                continue
-            self._acquire_slot()
-            if self.stage_for_gpu:
-                t0 = time.perf_counter()
-                item.staged = stage_planes(item.frame, pinned=True)
-                self.clock.add("decode", time.perf_counter() - t0)
-            batch.append(item)
-            if len(batch) == self.batch:
-                self.tasks.put_detect(batch)
-                batch = []
+            t0 = time.perf_counter()
+            pictures = [item] if self.fields is None else split_fields(item, self.fields, self.field_time)
+            self.clock.add("decode", time.perf_counter() - t0)
+            for picture in pictures:
+                self.frames_decoded += 1
+                if picture.index < self.first_tracked:
+                    continue
+                self._acquire_slot()
+                if self.stage_for_gpu:
+                    t0 = time.perf_counter()
+                    picture.staged = stage_planes(picture.frame, pinned=True)
+                    self.clock.add("decode", time.perf_counter() - t0)
+                batch.append(picture)
+                if len(batch) == self.batch:
+                    self.tasks.put_detect(batch)
+                    batch = []
         if batch:
             self.tasks.put_detect(batch)
         self.detected.put(("end", self.frames_decoded))
@@ -337,7 +348,7 @@ class Pipeline:
                     self.slots.release()
                     continue
                 if self.tracks is not None:
-                    self.tracks.add(tracked)
+                    self.tracks.add(tracked, source.field.parity if source.field is not None else None)
                 if not tracked.faces:
                     self.to_encode.put(("frame", (source, None)))
                 elif batch and _device_of(source) != _device_of(batch[0][0]):  # one batch, one device
@@ -376,9 +387,10 @@ class Pipeline:
         self.to_encode.put(("end", next_index))
 
     def _encode(self) -> None:
-        pending: dict[int, tuple[SourceFrame, Restored | None]] = {}
+        pending: dict[int, tuple[SourceFrame, av.VideoFrame | None, int]] = {}  # by picture
         next_index = self.start_frame
         total: int | None = None
+        step = self.pictures_per_frame
         while total is None or next_index < total:
             kind, payload = self._get(self.to_encode)
             if kind == "packet":
@@ -387,20 +399,22 @@ class Pipeline:
             if kind == "end":
                 total = payload
             else:
-                pending[payload[0].index] = payload
-            while next_index in pending:
-                source, result = pending.pop(next_index)
+                source, result = payload
+                pending[source.index] = (source, result.frame, result.faces) if result is not None else (source, None, 0)
+            while all(i in pending for i in range(next_index, next_index + step)):
+                pictures = [pending.pop(i) for i in range(next_index, next_index + step)]
+                source, restored, faces = pictures[0] if step == 1 else woven_frame(pictures)
                 t0 = time.perf_counter()
-                self.writer.write(source, result.frame if result is not None else None)
+                self.writer.write(source, restored)
                 self.clock.add("encode", time.perf_counter() - t0)
-                faces = result.faces if result is not None else 0
                 self.counts["frames"] += 1
                 self.counts["faces"] += faces
                 self.counts["with_faces"] += bool(faces)
                 self.counts["damaged"] += bool(source.damage)
                 self.on_frame(1, faces)
-                self.slots.release()
-                next_index += 1
+                for _ in pictures:
+                    self.slots.release()
+                next_index += step
         t0 = time.perf_counter()
         self.writer.close()
         self.clock.add("encode", time.perf_counter() - t0)

@@ -13,11 +13,17 @@ def _points(array) -> list[list[float]]:
     return [[round(float(x), 3), round(float(y), 3)] for x, y in array]
 
 
-def frame_record(frame: TrackedFrame) -> dict:
-    """One frame of the tracks file (schema in the README)."""
-    return {
-        "index": frame.index,
-        "time": round(frame.time, 6),
+#: A field picture's first line -> its name in the tracks file.
+FIELD_NAMES = {0: "top", 1: "bottom"}
+
+
+def frame_record(frame: TrackedFrame, field: int | None = None) -> dict:
+    """One frame of the tracks file (schema in the README), or one field (by its first line) of
+    an interlaced frame, whose ``index`` then counts fields."""
+    record = {"index": frame.index, "time": round(frame.time, 6)}
+    if field is not None:
+        record["field"] = FIELD_NAMES[field]
+    return record | {
         "faces": [
             {
                 "track": face.track,
@@ -42,8 +48,8 @@ class TracksWriter:
         self.file.write('{"frames": [')
         self.first = True
 
-    def add(self, frame: TrackedFrame) -> None:
-        self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame)))
+    def add(self, frame: TrackedFrame, field: int | None = None) -> None:
+        self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame, field)))
         self.first = False
 
     def close(self) -> None:

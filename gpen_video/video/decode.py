@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .colour import Orientation, PlaneLayout, as_planar_yuv, display_matrix, frame_planes, planes_to_frame, to_rgb
+from .fields import FieldOf, FieldOrder
 from .hdr import HdrMetadata
 from .streams import is_cover_art
 
@@ -38,9 +39,9 @@ class OnDevice:
 
 @dataclass
 class SourceFrame:
-    """One decoded video frame and where it sits in time."""
+    """One decoded video frame, or one field of an interlaced one, and where it sits in time."""
 
-    index: int
+    index: int  # in decoding order; an interlaced video's fields are numbered, two per frame
     frame: av.VideoFrame  # planar YUV as decoded: the encoder keeps its samples wherever no face changed
     layout: PlaneLayout  # how its planes become upright RGB
     #: "" for a clean frame; "corrupt" if the decoder concealed errors in it; "repeated" if its
@@ -51,10 +52,11 @@ class SourceFrame:
     staged: torch.Tensor | None = None
     #: Kept on the device that detected it; None once restored or when it has no face to restore.
     on_device: OnDevice | None = None
+    field: FieldOf | None = None  # set for a field of an interlaced frame (fields.split_fields)
 
     @property
     def time(self) -> float:
-        return float(self.frame.time or 0.0)
+        return float(self.frame.time or 0.0) + (self.field.delay if self.field is not None else 0.0)
 
     def rgb(self) -> np.ndarray:
         """Upright RGB24, converted on the CPU (for tests and tools; the pipeline converts on its devices)."""
@@ -76,6 +78,7 @@ class VideoInfo:
     #: or "" when every indexed packet is there; a cut that only decoding reveals is found by demux.
     truncated: str = ""
     hdr: HdrMetadata | None = None  # HDR10 static metadata of the first frame
+    fields: FieldOrder | None = None  # an interlaced video's field order; None when progressive
 
     @property
     def fps(self) -> float:
@@ -132,7 +135,7 @@ def probe(path: str | Path) -> VideoInfo:
         duration = float(stream.duration * stream.time_base) if stream.duration else None
         return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
                          stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
-                         HdrMetadata.of(first))
+                         HdrMetadata.of(first), FieldOrder.of(stream, first))
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:

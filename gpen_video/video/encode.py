@@ -16,6 +16,8 @@ import av
 
 from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame
 from .decode import SourceFrame, VideoInfo, video_stream
+from .fields import FieldStamp, reformat_fields
+from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
 from .hdr import PARAMS_OPTION
 from .outputs import OutputClaim, partial_path, remove_stale_partials
@@ -120,6 +122,15 @@ class VideoWriter:
         if info.hdr is not None and not self.hdr_params:
             self._warn(f"{codec.name} cannot carry the input's HDR10 {info.hdr.describe()} metadata; it is left "
                        f"out (the transfer and primaries tags are kept)")
+        self.field_params: list[str] | None = None  # set when the output is coded interlaced
+        self.stamp: FieldStamp | None = None
+        if info.fields is not None:
+            self.field_params = interlaced_params(codec.name, info.fields)
+            if self.field_params is None:
+                self._warn(f"{codec.name} cannot code interlaced video; the {info.fields.name} fields are "
+                           f"stored woven in frames flagged progressive")
+            else:
+                self.stamp = FieldStamp(info.fields)
         self.info = info
         self._encoder_setup = (src_video, codec, choice, settings)
         self.claim = OutputClaim(output, overwrite)
@@ -173,6 +184,9 @@ class VideoWriter:
         cc.color_primaries, cc.color_trc = src_cc.color_primaries, src_cc.color_trc
         if src_cc.sample_aspect_ratio:
             cc.sample_aspect_ratio = src_cc.sample_aspect_ratio
+        if self.field_params is not None:
+            cc.flags |= av.codec.context.Flags.interlaced_dct | av.codec.context.Flags.interlaced_me
+            cc.field_order = info.fields.code
         if settings.threads:
             cc.thread_count = settings.threads
         cc.thread_type = settings.thread_type
@@ -190,7 +204,7 @@ class VideoWriter:
         params = ["log-level=error"] if codec.name == "libx265" else []  # x265 prints its statistics otherwise
         if codec.name == "libsvtav1":
             os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints its whole configuration otherwise
-        params += self.hdr_params
+        params += self.hdr_params + (self.field_params or [])
         if params:
             options[PARAMS_OPTION[codec.name]] = ":".join(params)
         cc.options = options
@@ -243,7 +257,7 @@ class VideoWriter:
 
     def encoder_frame(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> av.VideoFrame:
         """The frame to encode: ``source`` as decoded, or the ``restored`` frame in its place (same
-        format and size), with the decoded frame's timing."""
+        format and size), with the decoded frame's timing (and, interlaced, its field order)."""
         decoded = source.frame
         frame = decoded if restored is None else restored
         target = self.video.codec_context.pix_fmt
@@ -251,11 +265,12 @@ class VideoWriter:
             # The same samples, tagged full range: swscale would squeeze them into limited range.
             frame = planes_to_frame(frame_planes(frame), frame, format=target)
         elif frame.format.name != target:
-            frame = copy_colour_tags(decoded, frame.reformat(format=target))
+            converted = reformat_fields(frame, target) if self.info.fields else frame.reformat(format=target)
+            frame = copy_colour_tags(decoded, converted)
         frame.pts = decoded.pts
         frame.time_base = decoded.time_base
         frame.pict_type = av.video.frame.PictureType.NONE
-        return frame
+        return frame if self.stamp is None else self.stamp(frame)
 
     def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
         """Encode one frame: ``source`` as decoded, or the ``restored`` frame in its place."""

@@ -1,0 +1,158 @@
+"""Interlaced video: every frame holds two fields, pictures taken half a frame apart, woven line by line.
+
+Face work on a woven frame would see two moments at once (combing, baked into the restored face).
+So each field of an interlaced video travels the pipeline as a picture of its own, in the order
+the fields were taken: its lines alone, half as high, tagged with :class:`~.colour.FieldLines`.
+The devices make it whole by line doubling for detection, tracking and restoration, and keep only
+its own lines of the result. The encoder gets the frame woven again from its two fields: the lines
+of a field without faces are the decoded ones, bit for bit, and the output is coded interlaced
+with the input's field order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import av
+
+from .colour import FieldLines, copy_colour_tags, frame_planes, planes_to_frame, writable_planes
+
+if TYPE_CHECKING:
+    from .decode import SourceFrame
+
+#: AVFieldOrder values: which field is stored and which is shown first.
+_PROGRESSIVE, _TT, _BB, _TB, _BT = 1, 2, 3, 4, 5
+
+
+@dataclass(frozen=True)
+class FieldOrder:
+    """An interlaced video's field order, as shown: which field was taken first."""
+
+    top_first: bool
+
+    @classmethod
+    def of(cls, stream: av.video.stream.VideoStream, first: av.VideoFrame) -> FieldOrder | None:
+        """The order the container or bitstream declares (TB and BT: shown bottom, top first), else
+        top first for frames the decoder flags interlaced (the order of HD broadcast); None when
+        the video is progressive."""
+        order = stream.codec_context.field_order
+        if order in (_TT, _BT):
+            return cls(True)
+        if order in (_BB, _TB):
+            return cls(False)
+        if order != _PROGRESSIVE and first.interlaced_frame:
+            return cls(True)
+        return None
+
+    @property
+    def name(self) -> str:
+        return "top field first" if self.top_first else "bottom field first"
+
+    @property
+    def code(self) -> int:
+        """The AVFieldOrder an encoder and muxer are given."""
+        return _TT if self.top_first else _BB
+
+    @property
+    def parities(self) -> tuple[int, int]:
+        """The fields' first lines (0 top, 1 bottom), in the order they were taken."""
+        return (0, 1) if self.top_first else (1, 0)
+
+
+@dataclass(frozen=True)
+class FieldOf:
+    """Where a field picture comes from: its decoded frame, whose lines it holds, and how long
+    after the frame's time it was taken (0 for the first field, half a frame for the second)."""
+
+    whole: SourceFrame
+    parity: int
+    delay: float
+
+
+def field_frame(frame: av.VideoFrame, parity: int) -> av.VideoFrame:
+    """The lines of one field of a planar YUV ``frame`` as a frame of their own. A 4:2:0 field's
+    chroma rows are every other chroma row; where the frame has an odd number of them, the field
+    with one fewer repeats its last (:func:`weave` writes back only the real ones)."""
+    field = av.VideoFrame(frame.width, (frame.height - parity + 1) // 2, frame.format.name)
+    for dst, plane in zip(writable_planes(field), frame_planes(frame)):
+        lines = plane[parity::2]
+        dst[: len(lines)] = lines
+        dst[len(lines) :] = lines[-1:]
+    field.pts = frame.pts
+    if frame.time_base is not None:  # a restored frame has none until the encoder times it
+        field.time_base = frame.time_base
+    return copy_colour_tags(frame, field)
+
+
+def weave(whole: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFrame:
+    """A copy of ``whole`` with the lines of each field in ``fields`` (by parity) taken from its frame."""
+    woven = planes_to_frame(frame_planes(whole), whole)
+    for parity, field in fields.items():
+        for dst, plane in zip(writable_planes(woven), frame_planes(field)):
+            lines = dst[parity::2]
+            lines[:] = plane[: len(lines)]
+    return woven
+
+
+def split_fields(source: SourceFrame, order: FieldOrder, field_time: float) -> list[SourceFrame]:
+    """The two field pictures of a decoded frame, in the order they were taken, numbered on from
+    twice the frame's index; ``field_time`` is the time between them."""
+    pictures = []
+    for n, parity in enumerate(order.parities):
+        layout = dataclasses.replace(source.layout, field=FieldLines(parity, source.frame.height))
+        pictures.append(dataclasses.replace(source, index=2 * source.index + n, frame=field_frame(source.frame, parity),
+                                            layout=layout, field=FieldOf(source, parity, n * field_time)))
+    return pictures
+
+
+def woven_frame(pictures: list[tuple[SourceFrame, av.VideoFrame | None, int]]) -> tuple[SourceFrame, av.VideoFrame | None, int]:
+    """One frame's pictures, each with its restored frame (None: untouched) and face count, as the
+    frame to encode: the decoded frame, its restored weave (None when no field changed), and its
+    faces (a face seen in both fields counts once)."""
+    whole = pictures[0][0].field.whole
+    restored = {source.field.parity: frame for source, frame, _ in pictures if frame is not None}
+    return whole, weave(whole.frame, restored) if restored else None, max(faces for _, _, faces in pictures)
+
+
+#: Encoders that code interlaced frames -> the options (x264-params / x265-params) that set their
+#: field order; the others read it from the codec context or from each frame's flags.
+_INTERLACED_PARAMS = {"libx264": {True: ["tff=1"], False: ["bff=1"]},
+                      "libx265": {True: ["interlace=tff"], False: ["interlace=bff"]},
+                      "prores_ks": {True: [], False: []}, "ffv1": {True: [], False: []}}
+
+
+def encoder_params(codec: str, order: FieldOrder) -> list[str] | None:
+    """What ``codec`` is told to code interlaced frames in ``order``, or None when it cannot."""
+    params = _INTERLACED_PARAMS.get(codec)
+    return None if params is None else params[order.top_first]
+
+
+def reformat_fields(frame: av.VideoFrame, format: str) -> av.VideoFrame:
+    """``frame`` converted to ``format`` field by field: a frame-wide conversion would resample
+    the chroma of the two fields, moments apart, into each other."""
+    fields = {parity: field_frame(frame, parity).reformat(format=format) for parity in (0, 1)}
+    return weave(av.VideoFrame(frame.width, frame.height, format), fields)
+
+
+class FieldStamp:
+    """Flags frames interlaced, in one field order, as FFmpeg's ``setfield`` filter does: ProRes
+    codes each frame's field order from its flags, which PyAV cannot set, and restored frames
+    are new frames without them."""
+
+    def __init__(self, order: FieldOrder) -> None:
+        self.order = order
+        self.graph: av.filter.Graph | None = None
+
+    def __call__(self, frame: av.VideoFrame) -> av.VideoFrame:
+        if self.graph is None:
+            self.graph = av.filter.Graph()
+            source = self.graph.add_buffer(width=frame.width, height=frame.height, format=frame.format.name,
+                                           time_base=frame.time_base)
+            mark = self.graph.add("setfield", "tff" if self.order.top_first else "bff")
+            source.link_to(mark)
+            mark.link_to(self.graph.add("buffersink"))
+            self.graph.configure()
+        self.graph.push(frame)
+        return copy_colour_tags(frame, self.graph.pull())
