@@ -113,7 +113,7 @@ def decoded_planes(path: Path) -> list[list[np.ndarray]]:
         return [[plane.copy() for plane in frame_planes(frame)] for frame in container.decode(video=0)]
 
 
-def _plane_region(region: np.ndarray, plane: np.ndarray) -> np.ndarray:
+def plane_region(region: np.ndarray, plane: np.ndarray) -> np.ndarray:
     """``region`` (luma resolution) on a possibly subsampled plane: a sample counts as inside when
     any pixel it covers is, as the paste-back's merge counts it."""
     step_y, step_x = -(-region.shape[0] // plane.shape[0]), -(-region.shape[1] // plane.shape[1])  # odd sizes round up
@@ -143,7 +143,7 @@ def assert_same_restoration(reference: Path, reference_tracks: Path, other: Path
     for record_a, record_b, a, b in zip(frames_a, frames_b, planes_a, planes_b):
         region = paste_region(record_a["faces"] + record_b["faces"], crop_size, *a[0].shape)
         for plane_a, plane_b in zip(a, b, strict=True):
-            inside = _plane_region(region, plane_a)
+            inside = plane_region(region, plane_a)
             assert np.array_equal(plane_a[~inside], plane_b[~inside]), f"frame {record_a['index']} outside its faces"
             difference = np.abs(plane_a.astype(np.int32) - plane_b.astype(np.int32))
             assert difference.max(initial=0) <= 1, f"frame {record_a['index']}: {difference.max()} levels apart"

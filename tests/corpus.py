@@ -274,3 +274,39 @@ def hdr10_hevc(path: Path, frames: int = 12) -> Path:
                    options={"preset": "ultrafast", "x265-params": f"log-level=error:hdr10=1:{HDR10_PARAMS}"},
                    tags={"color_primaries": 9, "color_trc": 16, "colorspace": 9})
 
+
+
+def interlaced(path: Path, top_first: bool, frames: int = 6, cut_at: int = 7) -> Path:
+    """Interlaced H.264 as a camera writes it, with the talking head's sound: each frame woven from
+    two consecutive pictures of the clip, one per field (chroma rows too, as interlaced 4:2:0 is),
+    in ``top_first`` order. From picture ``cut_at`` on, a cut to a shot without faces (a grey
+    gradient): with the default 7, frame 3's second field is the first after the cut."""
+    with av.open(str(_source())) as source:
+        pictures = [f.reformat(format="yuv420p").to_ndarray() for f, _ in zip(source.decode(video=0), range(2 * frames))]
+    height = pictures[0].shape[0] * 2 // 3
+    grey = np.repeat(np.linspace(60, 190, height, dtype=np.uint8)[:, None], pictures[0].shape[1], 1)
+    blank = np.concatenate([grey, np.full((height // 2, pictures[0].shape[1]), 128, np.uint8)])
+    pictures = [p if i < cut_at else blank for i, p in enumerate(pictures)]
+    second = 1 if top_first else 0  # the later field's first line
+    with av.open(str(_source())) as source, av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=25)
+        video.width, video.height, video.pix_fmt = pictures[0].shape[1], height, "yuv420p"
+        video.codec_context.flags |= av.codec.context.Flags.interlaced_dct | av.codec.context.Flags.interlaced_me
+        video.codec_context.field_order = 2 if top_first else 3
+        video.codec_context.options = {"preset": "ultrafast", "x264-params": "tff=1" if top_first else "bff=1"}
+        audio = source.streams.audio[0]
+        out_audio = out.add_stream_from_template(audio)
+        for k in range(frames):
+            woven = pictures[2 * k].copy()
+            luma, chroma = woven[:height], woven[height:].reshape(2, height // 2, -1)
+            later = pictures[2 * k + 1]
+            luma[second::2] = later[:height][second::2]
+            chroma[:, second::2] = later[height:].reshape(2, height // 2, -1)[:, second::2]
+            frame = av.VideoFrame.from_ndarray(woven, format="yuv420p")
+            frame.pts = k
+            for packet in video.encode(frame):
+                out.mux(packet)
+        for packet in video.encode(None):
+            out.mux(packet)
+        _mux_copy(source, out, [(audio, [out_audio])], frames / 25)
+    return path

@@ -19,7 +19,7 @@ from gpen_video.video.decode import read_frames
 from gpen_video.video.hdr import HdrMetadata
 
 from . import corpus
-from .conftest import shared_file
+from .conftest import decoded_planes, paste_region, plane_region, shared_file
 
 
 def gpen_video(small_gpen: Path, *args, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -282,3 +282,67 @@ def test_what_a_container_cannot_hold_is_named(small_gpen, tmp_path, build, name
     run = gpen_video(small_gpen, src, tmp_path / f"out{ext}")
     assert run.returncode == 0, run.stderr
     assert f"gpen-video: {warning}" in _warnings(run)
+
+
+def _field_order_and_flags(path: Path) -> tuple[int, list[bool]]:
+    with av.open(str(path)) as container:
+        return (container.streams.video[0].codec_context.field_order,
+                [frame.interlaced_frame for frame in container.decode(video=0)])
+
+
+@pytest.mark.parametrize("top_first", [True, False], ids=["tff", "bff"])
+def test_interlaced_fields_are_restored_apart_and_woven_back(small_gpen, tmp_path, top_first):
+    """Each field is detected and restored on its own, made whole by line doubling, and only its
+    own lines are written back: every line of a field changes only inside the paste regions of
+    that field's faces, and a field after a cut to a shot without faces stays bit-exact, though
+    the other field of its frame holds a face. Lossless FFV1, so every sample can be compared."""
+    src = corpus.interlaced(tmp_path / "in.mp4", top_first)
+    out = tmp_path / "out.mkv"
+    run = gpen_video(small_gpen, src, out, "--codec", "ffv1", "--tracks-out", tmp_path / "fields.json")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    order = 2 if top_first else 3
+    assert _field_order_and_flags(src) == _field_order_and_flags(out) == (order, [True] * 6)
+    # The sound, untouched (Matroska holds no negative times: the whole file moves by the AAC priming).
+    assert [data for _, data in _packets(out, 1)] == [data for _, data in _packets(src, 1)]
+
+    records = json.loads((tmp_path / "fields.json").read_text())["frames"]
+    taken = ["top", "bottom"] if top_first else ["bottom", "top"]
+    assert [(r["index"], r["field"], r["time"]) for r in records] == [
+        (i, taken[i % 2], round((i // 2) / 25 + (i % 2) / 50, 6)) for i in range(12)]
+    assert [bool(r["faces"]) for r in records] == [True] * 7 + [False] * 5  # the cut is at picture 7
+
+    before, after = decoded_planes(src), decoded_planes(out)
+    for k, (planes_in, planes_out) in enumerate(zip(before, after)):
+        for record in records[2 * k : 2 * k + 2]:
+            first_line = 0 if record["field"] == "top" else 1
+            region = paste_region(record["faces"], 64, *planes_in[0].shape)[first_line::2]
+            for plane_in, plane_out in zip(planes_in, planes_out):
+                lines_in, lines_out = plane_in[first_line::2], plane_out[first_line::2]
+                inside = plane_region(region, lines_in)
+                np.testing.assert_array_equal(lines_out[~inside], lines_in[~inside], f"frame {k}, {record['field']}")
+            if record["faces"]:  # restored where its faces are
+                assert (planes_out[0][first_line::2] != planes_in[0][first_line::2]).any()
+
+
+@pytest.mark.parametrize(("codec", "ext"), [(None, ".mp4"), ("libx265", ".mp4"), ("prores_ks", ".mov")])
+def test_interlaced_output_is_coded_interlaced_in_the_input_field_order(small_gpen, tmp_path, codec, ext):
+    src = corpus.interlaced(tmp_path / "in.mp4", top_first=False, frames=4, cut_at=8)
+    out = tmp_path / f"out{ext}"
+    run = gpen_video(small_gpen, src, out, *(["--codec", codec] if codec else []))
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    assert _field_order_and_flags(out) == (3, [True] * 4)
+    if codec == "prores_ks":  # each ProRes frame header names its own field order: 2, bottom first
+        with av.open(str(out)) as container:
+            assert [(bytes(p)[20] >> 2) & 3 for p in container.demux(video=0) if p.size] == [2] * 4
+
+
+def test_an_encoder_that_cannot_code_interlaced_says_so(small_gpen, tmp_path):
+    src = corpus.interlaced(tmp_path / "in.mp4", top_first=True, frames=4, cut_at=8)
+    run = gpen_video(small_gpen, src, tmp_path / "out.mkv", "--codec", "libvpx-vp9")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == ["gpen-video: libvpx-vp9 cannot code interlaced video; the top field first fields "
+                              "are stored woven in frames flagged progressive"]
+    refused = gpen_video(small_gpen, src, tmp_path / "strict.mkv", "--codec", "libvpx-vp9", "--strict")
+    assert refused.returncode == 1 and not (tmp_path / "strict.mkv").exists()
