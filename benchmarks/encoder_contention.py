@@ -37,7 +37,6 @@ VARIANTS = {
     "strength-0": "the whole pipeline, restored faces not blended in (--strength 0): same work, source content",
     "transcode-capped": "a transcode with the encoder's threads capped at --capped-threads",
     "capped": "the whole pipeline with the encoder's threads capped at --capped-threads",
-    "transcode-slice-threads": "a transcode with PyAV's default slice threads instead of frame threads",
     "transcode-staged": "a transcode whose decode thread packs each frame into a pinned buffer, as the pipeline's does",
     "switch-1ms": "the whole pipeline, a 1 ms GIL switch interval instead of 5 ms",
     "switch-0.25ms": "the whole pipeline, a 0.25 ms GIL switch interval",
@@ -116,7 +115,7 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
     from thread_cpu import ThreadCPU
 
     from gpen_video.api import restore_video
-    from gpen_video.video.encode import EncoderSettings
+    from gpen_video.options import RestoreOptions
 
     if variant == "torch-threads-1":
         torch.set_num_threads(1)
@@ -131,9 +130,8 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
                 else contextlib.nullcontext([0])
             with detecting as batches:
                 start = time.perf_counter()
-                settings = EncoderSettings(preset=args.preset,
-                                           threads=args.capped_threads if variant == "transcode-capped" else 0,
-                                           thread_type="SLICE" if variant == "transcode-slice-threads" else "AUTO")
+                settings = RestoreOptions(preset=args.preset,
+                                          encoder_threads=args.capped_threads if variant == "transcode-capped" else 0)
                 fps = transcode_fps(clip, out, settings, planes=variant == "transcode-planes",
                                     queued=192 if variant == "transcode-held" else 64,
                                     staged=variant == "transcode-staged")

@@ -17,8 +17,9 @@ from gpen_video.compose import SMALL_FACE, face_mask
 from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.model import GPEN
+from gpen_video.options import RestoreOptions
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
-from gpen_video.video.encode import EncoderSettings, VideoWriter
+from gpen_video.video.encode import VideoWriter
 from gpen_video.weights import load_gpen_weights
 
 _SMALL_FACE_BLUR = np.outer([1, 2, 1], [1, 2, 1]).astype(np.float32) / 16
@@ -49,7 +50,7 @@ def _restore_frame(rgb: np.ndarray, detector: FaceDetector, model: GPEN, mask: n
 
 
 def official_style_fps(src: Path, dst: Path, weights: str, detector: str, detector_weights: str,
-                       settings: EncoderSettings, device: str, limit: int | None = None) -> float:
+                       settings: RestoreOptions, device: str, limit: int | None = None) -> float:
     """Frames per second of the one-thread, per-face, fp32 way of working on ``src``."""
     state_dict, config = load_gpen_weights(weights=weights, progress=False)
     model = GPEN(config.size, config.channel_multiplier, config.narrow).eval()

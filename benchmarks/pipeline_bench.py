@@ -33,10 +33,11 @@ from official_style import official_style_fps
 from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
+from gpen_video.options import RestoreOptions
 from gpen_video.restore import stage_planes
 from gpen_video.video.colour import frame_planes, planes_to_frame
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe
-from gpen_video.video.encode import EncoderSettings, VideoWriter
+from gpen_video.video.encode import VideoWriter
 
 SHARED_ROOT = os.environ.get("GPEN_VIDEO_SHARED") or Path(__file__).resolve().parents[2] / "shared"
 SHARED = Path(SHARED_ROOT) / "media" / "videos"
@@ -76,7 +77,7 @@ def build_clip(source: Path, dest: Path, seconds: float, size: tuple[int, int] |
     return dest
 
 
-def transcode_fps(src: Path, dst: Path, settings: EncoderSettings, planes: bool = False, queued: int = 64,
+def transcode_fps(src: Path, dst: Path, settings: RestoreOptions, planes: bool = False, queued: int = 64,
                   staged: bool = False) -> float:
     """Decode in one thread and encode in another, with the tool's own reader and writer, at most
     ``queued`` frames between them (with ``planes``, each frame is copied into a new frame in the
@@ -162,7 +163,7 @@ def _restore(rows: _Rows, name: str, clip: Path, output: Path, sampled: list[int
 
 
 def _throughput(rows: _Rows, args: argparse.Namespace, one_face: Path, crowd: Path, tmp_path: Path, device: str,
-                gpus: list[int], one_gpu: dict, options: dict, settings: EncoderSettings) -> None:
+                gpus: list[int], one_gpu: dict, options: dict, settings: RestoreOptions) -> None:
     """The speed rows: transcode-only, one face, the official-style baseline, the crowd, all GPUs."""
     rows["transcode_fps"] = transcode_fps(one_face, tmp_path / "t.mp4", settings)
     warm = restore_video(crowd, tmp_path / "warm.mp4", **one_gpu, **options)  # first batches autotune: not timed
@@ -175,7 +176,7 @@ def _throughput(rows: _Rows, args: argparse.Namespace, one_face: Path, crowd: Pa
                                               args.detector_weights, settings, device, limit=baseline_frames)
     rows["speedup"] = rows["our_fps"] / rows["baseline_fps"]
     crowd_options = {**options, "preset": args.crowd_preset}
-    crowd_settings = EncoderSettings(preset=args.crowd_preset)
+    crowd_settings = RestoreOptions(preset=args.crowd_preset)
     rows["crowd_transcode_fps"] = transcode_fps(crowd, tmp_path / "ct.mp4", crowd_settings)
     many = _restore(rows, "crowd", crowd, tmp_path / "c.mp4", gpus[:1], **one_gpu, **crowd_options)
     rows["crowd_faces_per_s"] = many.faces / many.seconds
@@ -237,7 +238,7 @@ def main() -> None:
     size = None if args.smoke else (1920, 1080)
     seconds, crowd_seconds = (2.0, 1.0) if args.smoke else (args.seconds, args.crowd_seconds)
     long_seconds = min(args.long_seconds, 4.0) if args.smoke else args.long_seconds
-    settings = EncoderSettings(preset=args.preset)
+    settings = RestoreOptions(preset=args.preset)
     options = dict(weights=args.weights, detector=args.detector, detector_weights=args.detector_weights,
                    batch_size=args.batch_size, precision=args.precision, preset=args.preset, progress=False,
                    overwrite=True)

@@ -21,7 +21,8 @@ from pipeline_bench import build_clip
 from gpen_video.faces.align import similarity_transforms, warp_faces
 from gpen_video.faces.detect import box_size
 from gpen_video.faces.track import track_faces
-from gpen_video.restore import DeviceSettings, DeviceWorker
+from gpen_video.options import RestoreOptions
+from gpen_video.restore import DeviceWorker
 from gpen_video.video.decode import read_frames
 from gpen_video.weights import load_gpen_weights
 
@@ -37,9 +38,9 @@ def main() -> None:
     args = ap.parse_args()
 
     state_dict, _ = load_gpen_weights(weights=args.weights, progress=False)
-    worker = DeviceWorker(state_dict, DeviceSettings("cuda", "fp16", face_batch=args.batch, compile=True,
-                                                     detector="retinaface-mobile",
-                                                     detector_weights=args.detector_weights))
+    options = RestoreOptions(precision="fp16", batch_size=args.batch, detector="retinaface-mobile",
+                             detector_weights=args.detector_weights)
+    worker = DeviceWorker(state_dict, options, "cuda")
     with tempfile.TemporaryDirectory() as tmp:
         clip = build_clip(Path(args.clip), Path(tmp) / "clip.mp4", args.frames / 25, (1920, 1080))
         frames = list(read_frames(clip, limit=args.frames))

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .batch import JobResult
+    from .engine import Engine
+    from .options import BatchOptions, JobOptions, RestoreOptions
 
 EXAMPLES = """examples:
   gpen-video talk.mp4 talk_restored.mp4                 restore on the first GPU (or the CPU)
@@ -19,14 +27,9 @@ EXAMPLES = """examples:
   gpen-video talk.mp4 out.mkv --codec ffv1               lossless output
   gpen-video photo.jpg photo_restored.png                one image
   gpen-video talk.mp4 out.mp4 --tracks-out faces.json    also write what was restored, frame by frame
+  gpen-video clips/ restored/ --skip-existing            every video and image in clips/, into restored/
+  gpen-video a.mp4 b.mov c.jpg restored/ --name '{stem}_gpen.{ext}'
 """
-
-
-def _gpus(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--gpus takes GPU numbers like 0,1; got {text!r}") from None
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -36,64 +39,62 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+_METAVARS = {Path: "PATH", int: "N", float: "X", str: "NAME"}
+
+
+def _add_fields(parser: argparse.ArgumentParser, groups: dict[str, argparse._ArgumentGroup], owner: type) -> None:
+    """One flag per field of ``owner`` (options.py), with its help, type, choices and default."""
+    from .options import flag_of, value_type
+
+    for spec in dataclasses.fields(owner):
+        meta = spec.metadata
+        group = groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
+        kind = value_type(owner, spec)
+        settings: dict = {"dest": spec.name, "default": spec.default, "help": meta["help"]}
+        if kind is bool:
+            settings["action"] = "store_false" if flag_of(spec).startswith("--no-") else "store_true"
+        else:
+            settings["type"] = meta["parse"] or kind
+            if meta["choices"] is not None:
+                settings["choices"] = meta["choices"]
+            else:
+                settings["metavar"] = meta["metavar"] or _METAVARS.get(kind, "VALUE")
+        group.add_argument(flag_of(spec), **settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Imported here, not at the top: they bring in torch, and a Ctrl-C during those seconds must
     # already find main's handler in place.
-    from .faces.detect import DEFAULT_DETECTOR, DETECTORS
-    from .model.fast import PRECISIONS
-    from .video.segments import SEGMENT_FRAMES
-    from .weights import DEFAULT_MODEL, OFFICIAL_MODELS
+    from .options import BatchOptions, JobOptions, RestoreOptions
 
     p = argparse.ArgumentParser(
         prog="gpen-video", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
-    p.add_argument("input", type=Path, help="video (mp4, mov, mkv, webm, ...) or image")
-    p.add_argument("output", type=Path, help="where to write the result; the container follows the extension")
+    p.add_argument("paths", type=Path, nargs="+", metavar="INPUT ... OUTPUT",
+                   help="INPUT OUTPUT: a video (mp4, mov, mkv, webm, ...) or image, and where to write it (the "
+                        "container follows the extension); or several inputs and/or folders, then OUTDIR")
     p.add_argument("--version", action="version", version=f"gpen-video {__version__}")
-    dev = p.add_argument_group("devices")
-    dev.add_argument("--gpus", type=_gpus, help="comma-separated CUDA GPU numbers (default: 0 when a GPU exists)")
-    dev.add_argument("--device", choices=["cpu", "cuda"], help="force the CPU (slow) or CUDA")
-    dev.add_argument("--precision", choices=sorted(PRECISIONS),
-                     help="GPEN arithmetic (default fp16 on GPU, fp32 on CPU)")
-    dev.add_argument("--batch-size", type=int, default=16,
-                     help="faces per GPEN batch, and frames per detection batch up to 1080p (fewer for larger frames)")
-    dev.add_argument("--no-compile", dest="compile", action="store_false", default=None,
-                     help="skip torch.compile on GPUs (starts faster, runs slower)")
-    model = p.add_argument_group("model")
-    model.add_argument("--model", default=DEFAULT_MODEL, choices=list(OFFICIAL_MODELS), help="official GPEN checkpoint")
-    model.add_argument("--weights", type=Path, help="a GPEN checkpoint file to use instead (never downloads)")
-    faces = p.add_argument_group("faces")
-    faces.add_argument("--detector", default=DEFAULT_DETECTOR, choices=list(DETECTORS))
-    faces.add_argument("--detector-weights", type=Path, help="detector checkpoint file (never downloads)")
-    faces.add_argument("--threshold", type=float, default=0.9, help="detection confidence (default 0.9, as GPEN)")
-    faces.add_argument("--min-face", type=float, default=0.0, help="ignore faces smaller than this many pixels")
-    faces.add_argument("--max-faces", type=int, help="restore at most this many faces per frame (largest score first)")
-    faces.add_argument("--strength", type=float, default=1.0, help="blend of restored over original, 0..1")
-    faces.add_argument("--smooth", type=float, help="temporal smoothing of face tracks (0 turns it off)")
-    faces.add_argument("--tracks-out", type=Path, help="write the faces found and used per frame as JSON")
-    enc = p.add_argument_group("encoding")
-    enc.add_argument("--codec", help="libx264, libx265, prores_ks, ffv1, libvpx-vp9, libsvtav1, h264_nvenc, hevc_nvenc "
-                                     "(default: the input's own codec where the container holds it, else libx264)")
-    enc.add_argument("--crf", type=int, help="quality (default: visually lossless for the codec; 0 = lossless x264)")
-    enc.add_argument("--preset", help="encoder preset (default: fast for x264/x265)")
-    enc.add_argument("--pix-fmt", help="output pixel format (default: the input's, else the closest the encoder "
-                                       "takes, with a warning naming the loss)")
-    enc.add_argument("--encoder-threads", type=int, default=0,
-                     help="encoder threads (default 0: the encoder's own choice, about 1.5 per core for x264)")
-    enc.add_argument("--strict", action="store_true",
-                     help="refuse, before any work, anything of the input the output cannot keep "
-                          "(a stream, flag, alpha, bit depth) instead of warning about it")
-    p.add_argument("--allow-truncated", action="store_true",
-                   help="restore every frame a cut-off input still holds, instead of refusing it")
-    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
-    p.add_argument("--resume", action="store_true",
-                   help="encode in segments kept beside OUTPUT; after a crash, the same command with --resume "
-                        "continues from the last complete segment")
-    p.add_argument("--segment-frames", type=int, default=SEGMENT_FRAMES,
-                   help=f"frames per --resume segment (default {SEGMENT_FRAMES}: the most work a crash can lose)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for owner in (RestoreOptions, JobOptions, BatchOptions):
+        _add_fields(p, groups, owner)
+    run = groups.setdefault("output", p.add_argument_group("output"))
+    run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    run.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
+
+
+def options_of(args: argparse.Namespace) -> tuple[RestoreOptions, JobOptions, BatchOptions]:
+    """The options the parsed flags set, checked (a bad value is a UsageError)."""
+    from .options import BatchOptions, JobOptions, RestoreOptions
+
+    return tuple(owner(**{f.name: getattr(args, f.name) for f in dataclasses.fields(owner)})
+                 for owner in (RestoreOptions, JobOptions, BatchOptions))
+
+
+def is_batch(paths: list[Path]) -> bool:
+    """Many inputs, a folder of them, or an existing folder to write into: a batch. Two paths
+    naming a file and a new file: one job."""
+    return len(paths) > 2 or paths[0].is_dir() or paths[-1].is_dir()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,25 +111,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
-    from .api import IMAGE_EXTENSIONS, restore_image, restore_video
-
+    args = build_parser().parse_args(argv)  # usage errors (exit 2) and --help before anything loads
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
-    common = dict(gpus=args.gpus, device=args.device, model=args.model, weights=args.weights,
-                  precision=args.precision, detector=args.detector, detector_weights=args.detector_weights,
-                  threshold=args.threshold, min_face=args.min_face, max_faces=args.max_faces,
-                  strength=args.strength, tracks_out=args.tracks_out, overwrite=args.overwrite,
-                  progress=not args.quiet)
+    if len(args.paths) < 2:
+        build_parser().error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
     try:
-        if args.input.suffix.lower() in IMAGE_EXTENSIONS:
-            summary = restore_image(args.input, args.output, **common)
-        else:
-            summary = restore_video(args.input, args.output, batch_size=args.batch_size, compile=args.compile,
-                                    smooth=args.smooth, codec=args.codec, crf=args.crf, preset=args.preset,
-                                    pix_fmt=args.pix_fmt, encoder_threads=args.encoder_threads,
-                                    resume=args.resume, segment_frames=args.segment_frames,
-                                    allow_truncated=args.allow_truncated, strict=args.strict, **common)
+        from .engine import Engine
+
+        options, job, batch = options_of(args)
+        engine = Engine(options, progress=not args.quiet)
+        if is_batch(args.paths):
+            return _run_batch(engine, args, job, batch)
+        summary = engine.restore(args.paths[0], args.paths[1], job)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
         print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)
@@ -136,11 +131,48 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        print(f"gpen-video: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        print(f"gpen-video: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     if not args.quiet:
         print(summary.describe(), file=sys.stderr)
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _run_batch(engine: Engine, args: argparse.Namespace, job: JobOptions, batch: BatchOptions) -> int:
+    """Every input into OUTDIR on one engine; each file's result as it ends, a report at the end.
+    Exit 1 when any file failed; an interrupt keeps the files already finished."""
+    from tqdm import tqdm
+
+    from .batch import restore_many
+    from .options import UsageError
+
+    *inputs, output_dir = args.paths
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(f"OUTDIR is a file, not a folder: {output_dir}")
+    if job.tracks_out is not None:
+        job.tracks_out.mkdir(parents=True, exist_ok=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    quiet = args.quiet
+
+    def report(result: JobResult) -> None:
+        if result.error:
+            tqdm.write(f"gpen-video: error: {result.input}: {result.error}", file=sys.stderr)
+        elif not quiet:
+            tqdm.write(result.describe(), file=sys.stderr)
+
+    started = time.perf_counter()
+    results = restore_many(engine, inputs, output_dir, batch, job, progress=not quiet, report=report)
+    failed = [r for r in results if r.error]
+    if not quiet:
+        print(f"{len(results)} file(s) in {time.perf_counter() - started:.1f} s: "
+              f"{len(results) - len(failed)} done, {len(failed)} failed", file=sys.stderr)
+        for result in results:
+            print(f"  {result.describe()}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

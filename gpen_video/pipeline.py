@@ -35,7 +35,7 @@ from .restore import DeviceWorker, Restored, stage_planes
 from .transfer import Pending
 from .video.decode import DecodeReport, SourceFrame, demux
 from .video.encode import VideoWriter
-from .video.fields import FieldOrder, split_fields, woven_frame
+from .video.fields import FieldOrder, Picture, split_fields, woven_frame
 from .video.segments import SegmentedWriter
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
@@ -178,7 +178,7 @@ class Pipeline:
         self.workers = workers
         self.tracker = tracker
         self.batch = batch_frames
-        self.face_batch = workers[0].settings.face_batch  # GPEN's batch, which restoration batches are cut to fill
+        self.face_batch = workers[0].options.batch_size  # GPEN's batch, which restoration batches are cut to fill
         self.tracks = tracks
         self.on_frame = on_frame or (lambda frames, faces: None)
         self.stop = threading.Event()
@@ -387,7 +387,7 @@ class Pipeline:
         self.to_encode.put(("end", next_index))
 
     def _encode(self) -> None:
-        pending: dict[int, tuple[SourceFrame, av.VideoFrame | None, int]] = {}  # by picture
+        pending: dict[int, Picture] = {}  # by picture index
         next_index = self.start_frame
         total: int | None = None
         step = self.pictures_per_frame
@@ -400,7 +400,7 @@ class Pipeline:
                 total = payload
             else:
                 source, result = payload
-                pending[source.index] = (source, result.frame, result.faces) if result is not None else (source, None, 0)
+                pending[source.index] = (source, result.frame, result.faces) if result else (source, None, 0)
             while all(i in pending for i in range(next_index, next_index + step)):
                 pictures = [pending.pop(i) for i in range(next_index, next_index + step)]
                 source, restored, faces = pictures[0] if step == 1 else woven_frame(pictures)

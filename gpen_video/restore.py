@@ -16,7 +16,6 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import av
 import numpy as np
@@ -28,25 +27,12 @@ from .faces.detect import Face, FaceDetector
 from .faces.track import gray_thumbnails, thumbnail_means
 from .model import build_inference_model
 from .model.graphs import GraphedModel, padded
+from .options import RestoreOptions
 from .transfer import Pending, to_host
 from .video.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
 from .video.decode import OnDevice, SourceFrame
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DeviceSettings:
-    device: str = "cpu"
-    precision: str = "fp32"
-    face_batch: int = 16  # faces per GPEN call
-    compile: bool = False  # torch.compile + CUDA graphs (GPU only): ~30 s to start, several times faster
-    detector: str = "retinaface-r50"
-    detector_weights: str | Path | None = None
-    threshold: float = 0.9
-    min_face: float = 0.0
-    max_faces: int | None = None
-    strength: float = 1.0
 
 
 @dataclass
@@ -92,27 +78,28 @@ def _in_order(parts: list[torch.Tensor], groups: list[list[int]]) -> torch.Tenso
 class DeviceWorker:
     """Detector, GPEN and compositor living on one device."""
 
-    def __init__(self, state_dict: dict[str, torch.Tensor], settings: DeviceSettings) -> None:
-        self.settings = settings
-        self.device = torch.device(settings.device)
-        model = build_inference_model(state_dict, device=self.device, precision=settings.precision)
+    def __init__(self, state_dict: dict[str, torch.Tensor], options: RestoreOptions, device: str) -> None:
+        self.options = options
+        self.device = torch.device(device)
+        self.compiled = options.compiles_on(device)
+        model = build_inference_model(state_dict, device=self.device, precision=options.precision_on(device))
         self.crop_size = model.config.size
-        self.face_batch = settings.face_batch
+        self.face_batch = options.batch_size  # faces per GPEN call; halved for good on out-of-memory
         self.out_of_memory = 0  # times the batch was halved
         self.model: Callable[[torch.Tensor], torch.Tensor] = model
-        if settings.compile and self.device.type == "cuda":
+        if self.compiled:
             self.model = GraphedModel(torch.compile(model, fullgraph=True, dynamic=False))
             # Compile and capture now, in the caller's thread: workers must not compile concurrently
             # (dynamo is not thread-safe), and the 30-odd seconds belong before the first frame.
             log.info("compiling GPEN for %s (once per run, about half a minute)", self.device)
             with torch.no_grad():
-                self.model(torch.zeros(settings.face_batch, 3, self.crop_size, self.crop_size, device=self.device))
+                self.model(torch.zeros(self.face_batch, 3, self.crop_size, self.crop_size, device=self.device))
         # The detector runs in fp32: in fp16 RetinaFace found none of the ~6 small faces per frame of
         # the 1080p crowd clip on an H200 (fp32 found all), and it is a small share of the work.
-        self.detector = FaceDetector(settings.detector, settings.detector_weights, device=self.device,
-                                     threshold=settings.threshold,
-                                     min_size=settings.min_face, max_faces=settings.max_faces, progress=False)
-        self.compositor = Compositor(self.crop_size, self.device, settings.strength)
+        self.detector = FaceDetector(options.detector, options.detector_weights, device=self.device,
+                                     threshold=options.threshold, min_size=options.min_face,
+                                     max_faces=options.max_faces, progress=False)
+        self.compositor = Compositor(self.crop_size, self.device, options.strength)
         self.reference = reference_points(self.crop_size)
         self.detect_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
@@ -124,7 +111,7 @@ class DeviceWorker:
         """With compilation on a GPU, capture the detector as a CUDA graph now, for batches of
         ``frames`` upright frames of ``height`` x ``width``: each detection is then one launch
         instead of ~200 calls from the worker's thread, and no capture falls inside the run."""
-        if self.settings.compile and self.device.type == "cuda":
+        if self.compiled:
             with self._detecting():
                 self.detector.capture_graph(frames, height, width)
 
@@ -207,7 +194,7 @@ class DeviceWorker:
             batch = self.face_batch
             chunk = crops[start : start + batch]
             n = len(chunk)
-            if self.settings.compile:
+            if self.compiled:
                 chunk = padded(chunk, batch)
             try:
                 y = self.model(chunk / 127.5 - 1.0)[:n]  # official normalisation: (x/255 - 0.5) / 0.5

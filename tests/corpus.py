@@ -242,6 +242,15 @@ def faststart_copy(path: Path, source: Path) -> Path:
     return path
 
 
+def excerpt(path: Path, source: Path, seconds: float) -> Path:
+    """The first ``seconds`` of ``source``'s video and audio, packets copied as they are: a short
+    clip from a real file, its codecs, timestamps and display matrix kept."""
+    with av.open(str(source)) as src, av.open(str(path), "w") as out:
+        pairs = [(s, [out.add_stream_from_template(s)]) for s in src.streams if s.type in ("video", "audio")]
+        _mux_copy(src, out, pairs, seconds)
+    return path
+
+
 def cut(path: Path, source: Path, fraction: float) -> Path:
     """The first ``fraction`` of ``source``'s bytes: a copy or download that stopped half-way."""
     data = source.read_bytes()
@@ -282,7 +291,8 @@ def interlaced(path: Path, top_first: bool, frames: int = 6, cut_at: int = 7) ->
     in ``top_first`` order. From picture ``cut_at`` on, a cut to a shot without faces (a grey
     gradient): with the default 7, frame 3's second field is the first after the cut."""
     with av.open(str(_source())) as source:
-        pictures = [f.reformat(format="yuv420p").to_ndarray() for f, _ in zip(source.decode(video=0), range(2 * frames))]
+        decoded = zip(source.decode(video=0), range(2 * frames))
+        pictures = [f.reformat(format="yuv420p").to_ndarray() for f, _ in decoded]
     height = pictures[0].shape[0] * 2 // 3
     grey = np.repeat(np.linspace(60, 190, height, dtype=np.uint8)[:, None], pictures[0].shape[1], 1)
     blank = np.concatenate([grey, np.full((height // 2, pictures[0].shape[1]), 128, np.uint8)])

@@ -17,8 +17,9 @@ import torch
 from gpen_video import restore as restore_module
 from gpen_video.api import restore_video
 from gpen_video.faces.detect import box_size
+from gpen_video.options import RestoreOptions
 from gpen_video.pipeline import _restore_cut, frames_in_flight, frames_per_batch
-from gpen_video.restore import DeviceSettings, DeviceWorker
+from gpen_video.restore import DeviceWorker
 from gpen_video.video.colour import frame_planes, packed_to_frame, unpack_planes
 from gpen_video.video.decode import read_frames
 from gpen_video.weights import load_gpen_weights
@@ -37,8 +38,9 @@ def _options(weights: Path) -> dict:
 def _worker(weights: Path, device: str) -> DeviceWorker:
     """A device worker with the GPEN ``weights`` and the reference RetinaFace-mobile."""
     state_dict, _ = load_gpen_weights(weights=weights)
-    return DeviceWorker(state_dict, DeviceSettings(device=device, detector="retinaface-mobile",
-                                                   detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth")))
+    options = RestoreOptions(precision="fp32", compile=False, detector="retinaface-mobile",
+                             detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth"))
+    return DeviceWorker(state_dict, options, device)
 
 
 def _frames(path: Path) -> list[np.ndarray]:

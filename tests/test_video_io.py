@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from gpen_video.options import RestoreOptions
 from gpen_video.video.colour import frame_planes, planes_to_frame
 from gpen_video.video.decode import SourceFrame, demux, open_input, probe, read_frames
-from gpen_video.video.encode import EncoderSettings, OutputError, VideoWriter
+from gpen_video.video.encode import OutputError, VideoWriter
 
 from .conftest import write_clip
 
@@ -32,7 +33,7 @@ def make_clip(path: Path, colorspace: int, color_range: int, frames: int = 6) ->
     return image
 
 
-def rewrite(src: Path, dst: Path, settings: EncoderSettings, touch_everything: bool) -> None:
+def rewrite(src: Path, dst: Path, settings: RestoreOptions, touch_everything: bool) -> None:
     """Run frames through the writer; with ``touch_everything`` every pixel takes the RGB path."""
     container = open_input(src)
     writer = VideoWriter(dst, container, probe(src), settings)
@@ -59,7 +60,7 @@ def test_colours_and_tags_survive_the_rgb_round_trip(tmp_path, colorspace, color
     decoded = next(read_frames(src)).rgb()
     assert np.abs(decoded.astype(int) - expected).max() <= 2  # the decoder uses the tagged matrix and range
 
-    rewrite(src, dst, EncoderSettings(crf=0, preset="ultrafast"), touch_everything=True)
+    rewrite(src, dst, RestoreOptions(crf=0, preset="ultrafast"), touch_everything=True)
     with av.open(str(src)) as c:
         pix_fmt_in = c.streams.video[0].codec_context.pix_fmt  # yuvj444p for full range
     with av.open(str(dst)) as c:
@@ -75,7 +76,7 @@ def test_colours_and_tags_survive_the_rgb_round_trip(tmp_path, colorspace, color
 def test_x264_encodes_whole_frames_in_parallel_with_the_threads_asked_for(tmp_path, threads):
     src, dst = tmp_path / "in.mp4", tmp_path / "out.mp4"
     make_clip(src, 1, 1, frames=30)
-    rewrite(src, dst, EncoderSettings(preset="ultrafast", threads=threads), touch_everything=False)
+    rewrite(src, dst, RestoreOptions(preset="ultrafast", encoder_threads=threads), touch_everything=False)
     # x264 writes its options into the stream (an SEI message)
     options = re.search(rb"x264 - core .*? threads=(\d+) lookahead_threads=\d+ sliced_threads=(\d)", dst.read_bytes())
     assert options is not None
@@ -87,7 +88,7 @@ def test_x264_encodes_whole_frames_in_parallel_with_the_threads_asked_for(tmp_pa
 def test_untouched_frames_are_bit_exact_with_a_lossless_codec(tmp_path):
     src, dst = tmp_path / "in.mp4", tmp_path / "out.mkv"
     make_clip(src, 1, 1)
-    rewrite(src, dst, EncoderSettings(codec="ffv1"), touch_everything=False)
+    rewrite(src, dst, RestoreOptions(codec="ffv1"), touch_everything=False)
     with av.open(str(src)) as a, av.open(str(dst)) as b:
         for fa, fb in zip(a.decode(video=0), b.decode(video=0), strict=True):
             for pa, pb in zip(fa.planes, fb.planes):
@@ -105,7 +106,7 @@ def test_impossible_outputs_fail_early_and_leave_nothing(tmp_path, name, codec, 
     src = tmp_path / "in.mp4"
     make_clip(src, 1, 1, frames=2)
     with open_input(src) as container, pytest.raises(OutputError, match=message):
-        VideoWriter(tmp_path / name, container, probe(src), EncoderSettings(codec=codec))
+        VideoWriter(tmp_path / name, container, probe(src), RestoreOptions(codec=codec))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
 
 
@@ -118,7 +119,7 @@ def test_ten_bit_video_stays_ten_bit(tmp_path):
                convert=lambda f: f.reformat(format="yuv444p10le", src_colorspace=1, dst_colorspace=1,
                                             src_color_range=2, dst_color_range=1))
     decoded = next(read_frames(src)).rgb()
-    rewrite(src, dst, EncoderSettings(crf=0, preset="ultrafast"), touch_everything=True)
+    rewrite(src, dst, RestoreOptions(crf=0, preset="ultrafast"), touch_everything=True)
     with av.open(str(dst)) as c:
         assert c.streams.video[0].codec_context.pix_fmt == "yuv444p10le"
     assert np.abs(next(read_frames(dst)).rgb().astype(int) - decoded).max() <= 2
@@ -148,7 +149,7 @@ def test_audio_the_container_cannot_hold_is_re_encoded_with_a_warning(tmp_path):
             for packet in stream.encode(None):
                 c.mux(packet)
     container = open_input(src)
-    writer = VideoWriter(dst, container, probe(src), EncoderSettings(preset="ultrafast"))
+    writer = VideoWriter(dst, container, probe(src), RestoreOptions(preset="ultrafast"))
     for item in demux(container, writer.copied_streams):
         if isinstance(item, SourceFrame):
             writer.write(item)

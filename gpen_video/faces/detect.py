@@ -27,6 +27,7 @@ DETECTORS = {
                           "detection_mobilenet0.25_Final.pth"),
 }
 DEFAULT_DETECTOR = "retinaface-r50"
+DEFAULT_THRESHOLD = 0.9  # the official GPEN's detection confidence
 _BGR_MEAN = (104.0, 117.0, 123.0)  # RetinaFace was trained on mean-subtracted BGR
 #: Boxes per frame, the best by score, that come back for the non-maximum suppression: a face
 #: gives a few dozen over the threshold. A frame with more over it has all of them brought back.
@@ -92,7 +93,7 @@ class FaceDetector:
     """
 
     def __init__(self, name: str = DEFAULT_DETECTOR, weights: str | Path | None = None,
-                 device: str | torch.device = "cpu", half: bool = False, threshold: float = 0.9,
+                 device: str | torch.device = "cpu", half: bool = False, threshold: float = DEFAULT_THRESHOLD,
                  nms_threshold: float = 0.4, min_size: float = 0.0, max_faces: int | None = None,
                  detect_long_side: int = 1000, downscale_above: int = 1500, progress: bool = True) -> None:
         from facexlib.detection.retinaface import RetinaFace
@@ -135,7 +136,8 @@ class FaceDetector:
         """Run the network as a CUDA graph from now on, captured here for ``batch`` frames of
         ``height`` x ``width`` (other sizes are captured on first use); shorter batches are padded to
         ``batch``. A GPU only."""
-        self.net = GraphedModel(self.net)
+        if not isinstance(self.net, GraphedModel):  # an engine captures again for each new frame size
+            self.net = GraphedModel(self.net)
         self._graph_batch = batch
         self.detect_rgb(torch.zeros(batch, 3, height, width, device=self.device))
 

@@ -161,6 +161,10 @@ class _PendingFrame:
     faces: list[tuple[_Track, TrackedFace]] = field(default_factory=list)
 
 
+#: The smoother's default sigma, in frames (why 1.0: :class:`FaceTracker`).
+DEFAULT_SMOOTH = 1.0
+
+
 class FaceTracker:
     """Links per-frame detections into tracks and smooths each track's landmarks.
 
@@ -181,7 +185,8 @@ class FaceTracker:
     difference between two of them (38).
     """
 
-    def __init__(self, smooth: float = 1.0, max_gap: int = 5, max_distance: float = 1.5, min_iou: float = 0.1,
+    def __init__(self, smooth: float = DEFAULT_SMOOTH, max_gap: int = 5, max_distance: float = 1.5,
+                 min_iou: float = 0.1,
                  cut_threshold: float = 25.0) -> None:
         if smooth < 0 or max_gap < 0:
             raise ValueError("smooth and max_gap must not be negative")

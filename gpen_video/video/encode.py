@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import av
 
@@ -22,6 +22,9 @@ from .formats import choose_encoder, pick_pix_fmt
 from .hdr import PARAMS_OPTION
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .streams import CompanionStreams, ContainerRules
+
+if TYPE_CHECKING:
+    from ..options import RestoreOptions
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +51,10 @@ DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hev
 _KEPT_TAGS = frozenset({"hvc1", "hev1", "avc1", "avc3"})
 
 
-@dataclass
-class EncoderSettings:
-    codec: str | None = None  # None: the input's own codec where the container holds it
-    crf: int | None = None  # None: the codec's visually lossless default
-    preset: str | None = None
-    pix_fmt: str | None = None  # None: the input's, or the one the encoder takes that loses least of it
-    threads: int = 0  # 0: FFmpeg decides
-    strict: bool = False  # anything of the input the output cannot keep is an error, not a warning
-    #: "AUTO", as the ffmpeg command line: x264 encodes several frames at once. PyAV's default,
-    #: "SLICE", splits each frame across the threads instead: 1.8x slower at 1080p on 16 cores,
-    #: and larger files (BENCHMARKS.md, run K).
-    thread_type: str = "AUTO"
+#: The encoder's threading, as the ffmpeg command line has it: x264 encodes several frames at once.
+#: PyAV's default, "SLICE", splits each frame across the threads instead: 1.8x slower at 1080p on
+#: 16 cores, and larger files (BENCHMARKS.md, run K).
+THREAD_TYPE = "AUTO"
 
 
 def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, str]:
@@ -81,10 +76,11 @@ def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, s
 
 
 class VideoWriter:
-    """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`."""
+    """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`;
+    encoded as ``settings`` say (their codec, crf, preset, pix_fmt, encoder_threads and strict)."""
 
     def __init__(self, output: Path, source: av.container.InputContainer, info: VideoInfo,
-                 settings: EncoderSettings, overwrite: bool = False) -> None:
+                 settings: RestoreOptions, overwrite: bool = False) -> None:
         self.output = output
         self.overwrite = overwrite
         self.strict = settings.strict
@@ -187,9 +183,9 @@ class VideoWriter:
         if self.field_params is not None:
             cc.flags |= av.codec.context.Flags.interlaced_dct | av.codec.context.Flags.interlaced_me
             cc.field_order = info.fields.code
-        if settings.threads:
-            cc.thread_count = settings.threads
-        cc.thread_type = settings.thread_type
+        if settings.encoder_threads:
+            cc.thread_count = settings.encoder_threads
+        cc.thread_type = THREAD_TYPE
         options = dict(choice.options)
         crf = settings.crf
         if crf is None:

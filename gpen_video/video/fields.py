@@ -107,7 +107,10 @@ def split_fields(source: SourceFrame, order: FieldOrder, field_time: float) -> l
     return pictures
 
 
-def woven_frame(pictures: list[tuple[SourceFrame, av.VideoFrame | None, int]]) -> tuple[SourceFrame, av.VideoFrame | None, int]:
+Picture = tuple['SourceFrame', av.VideoFrame | None, int]  # a picture, its restored frame (or None), its faces
+
+
+def woven_frame(pictures: list[Picture]) -> Picture:
     """One frame's pictures, each with its restored frame (None: untouched) and face count, as the
     frame to encode: the decoded frame, its restored weave (None when no field changed), and its
     faces (a face seen in both fields counts once)."""

@@ -1,0 +1,130 @@
+"""Many inputs in one call: ``gpen-video IN1 IN2 ... OUTDIR`` or ``gpen-video INDIR OUTDIR``.
+
+Every job runs on one :class:`~.engine.Engine`, so the weights load and the workers compile once.
+A bad file gets its one-line error and no output; the others go on. One progress bar covers the
+batch; the report lists every file with its result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .engine import IMAGE_EXTENSIONS, Engine, Summary
+from .options import BatchOptions, JobOptions, UsageError
+from .video.decode import probe
+from .video.encode import CONTAINERS
+
+#: Extensions taken as videos when a folder is scanned (a file named on the command line is tried
+#: whatever its name).
+VIDEO_EXTENSIONS = {".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mxf", ".ts", ".m2ts", ".mts", ".mpg",
+                    ".mpeg", ".wmv", ".flv", ".3gp", ".dv"}
+#: Where the input's container cannot be written, outputs take this one (it holds any stream).
+FALLBACK_EXTENSION = "mkv"
+
+
+@dataclass
+class JobResult:
+    """What became of one input: its summary, why it failed, or that its output was already there."""
+
+    input: Path
+    output: Path
+    summary: Summary | None = None
+    error: str = ""
+    skipped: bool = False
+
+    def describe(self) -> str:
+        if self.skipped:
+            return f"skipped {self.input}: {self.output} exists"
+        if self.error:
+            return f"FAILED  {self.input}: {self.error}"
+        s = self.summary
+        return (f"ok      {self.input} -> {self.output}: {s.frames} frames, {s.faces} faces, {s.seconds:.1f} s"
+                + (f", {len(s.warnings)} warning(s)" if s.warnings else ""))
+
+
+def find_inputs(paths: Sequence[Path], recursive: bool) -> list[tuple[Path, Path]]:
+    """Each input with its place relative to the output folder: files as named (by their name),
+    folders' videos and images (by their path inside the folder; subfolders with ``recursive``),
+    hidden files left out (partial outputs are hidden)."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            pattern = "**/*" if recursive else "*"
+            for item in sorted(path.glob(pattern)):
+                relative = item.relative_to(path)
+                if (item.is_file() and item.suffix.lower() in VIDEO_EXTENSIONS | IMAGE_EXTENSIONS
+                        and not any(part.startswith(".") for part in relative.parts)):
+                    found.append((item, relative))
+        else:
+            found.append((path, Path(path.name)))
+    return found
+
+
+def output_name(relative: Path, template: str) -> Path:
+    """The output for an input at ``relative``: the template filled with its ``stem`` and ``ext``,
+    where ``ext`` is the input's own extension if it can be written, else Matroska's."""
+    ext = relative.suffix.lower().lstrip(".")
+    if relative.suffix.lower() not in IMAGE_EXTENSIONS and f".{ext}" not in CONTAINERS:
+        ext = FALLBACK_EXTENSION
+    try:
+        name = template.format(stem=relative.stem, ext=ext)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise UsageError(f"--name {template!r} is not a name template: use {{stem}} and {{ext}} ({exc})") from None
+    return relative.parent / name
+
+
+def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch: BatchOptions,
+                 job: JobOptions, progress: bool = True,
+                 report: Callable[[JobResult], None] | None = None) -> list[JobResult]:
+    """Restore every input (files, or the videos and images of folders) into ``output_dir`` on one
+    engine; returns a result per input, in order. ``report`` hears each result as it comes."""
+    jobs = [(source, output_dir / output_name(relative, batch.name))
+            for source, relative in find_inputs(inputs, batch.recursive)]
+    if not jobs:
+        raise UsageError(f"no videos or images in {', '.join(map(str, inputs))}")
+    outputs = [out for _, out in jobs]
+    clash = next((out for out in outputs if outputs.count(out) > 1), None)
+    if clash is not None:
+        raise UsageError(f"two inputs would both be written to {clash}; use --name with a template that tells "
+                         f"them apart")
+    frames = {}
+    for source, _ in jobs:  # for the progress bar only: a file that cannot be probed fails in its turn
+        try:
+            frames[source] = 1 if source.suffix.lower() in IMAGE_EXTENSIONS else probe(source).frames or 0
+        except Exception:
+            frames[source] = 0
+    bar = tqdm(total=sum(frames.values()), unit="frame", disable=not progress, dynamic_ncols=True)
+    results, faces = [], [0]
+
+    def on_frame(count: int, found: int) -> None:
+        faces[0] += found
+        bar.update(count)
+        bar.set_postfix(files=f"{len(results)}/{len(jobs)}", faces=faces[0], refresh=False)
+
+    try:
+        for source, output in jobs:
+            result = JobResult(source, output)
+            if batch.skip_existing and output.exists():
+                result.skipped = True
+                bar.update(frames[source])
+            else:
+                done = bar.n
+                try:
+                    output.parent.mkdir(parents=True, exist_ok=True)
+                    tracks = job.tracks_out / output.with_suffix(".json").name if job.tracks_out else None
+                    result.summary = engine.restore(source, output, dataclasses.replace(job, tracks_out=tracks),
+                                                    on_frame=on_frame)
+                except Exception as exc:  # this file's failure; the next file is another job
+                    result.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                bar.update(done + frames[source] - bar.n)  # a file that ended early counts as done
+            results.append(result)
+            if report is not None:
+                report(result)
+    finally:
+        bar.close()
+    return results

@@ -1,0 +1,226 @@
+"""The engine: the weights and one worker per device, loaded and compiled once, then any number
+of jobs (videos and images), each with its own output; one job's failure leaves the engine ready
+for the next. Every check a job makes comes before any work, and before the engine's first
+(slow) start: a wrong option never costs a download or a compile."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from .faces.detect import box_size
+from .faces.track import FaceTracker, track_faces
+from .faces.tracks_file import TracksWriter
+from .options import JobOptions, RestoreOptions, UsageError
+from .pipeline import Pipeline, frames_per_batch
+from .restore import DeviceWorker
+from .video.decode import InputError, open_input, probe
+from .video.encode import CONTAINERS, OutputError, VideoWriter
+from .video.outputs import OutputClaim, partial_path
+from .video.segments import SegmentedWriter, SegmentStore, work_dir_for
+from .weights import load_gpen_weights
+
+log = logging.getLogger(__name__)
+FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)
+IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+@dataclass
+class Summary:
+    output: Path
+    frames: int
+    faces: int
+    frames_with_faces: int
+    seconds: float
+    busy: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    damaged: int = 0  # input frames decoded with errors or repeated in place of undecodable ones
+    resumed_at: int = 0  # the first frame this run encoded (--resume)
+    truncated: str = ""  # why the input ended early (--allow-truncated), or ""
+
+    @property
+    def fps(self) -> float:
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        """The closing report: frames, faces, time, and each stage's busy share of the wall time."""
+        lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
+                 f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
+        if self.resumed_at:
+            lines.append(f"resumed at frame {self.resumed_at}: the frames before it came from the work directory")
+        if self.truncated:
+            lines.append(f"warning: {self.truncated}; every frame that decodes was restored")
+        if self.damaged:
+            lines.append(f"warning: {self.damaged} frame(s) of the input were damaged: decoded with errors, "
+                         f"or the previous frame repeated where one could not be decoded")
+        if self.busy:
+            busy = ", ".join(f"{k} {v / self.seconds:.0%}" for k, v in sorted(self.busy.items()))
+            lines.append(f"stage busy time: {busy}")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str] | dict) -> None:
+    """OUTPUT can be written, is not the input, and replaces nothing unasked."""
+    if output.suffix.lower() not in extensions:
+        raise UsageError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(sorted(extensions))}")
+    if input.exists() and output.exists() and os.path.samefile(input, output):
+        raise UsageError("OUTPUT is the input file; choose another path")
+    if output.resolve() == input.resolve():
+        raise UsageError("OUTPUT is the input file; choose another path")
+    if output.is_dir():
+        raise UsageError(f"OUTPUT is a directory: {output}")
+    if output.exists() and not overwrite:
+        raise UsageError(f"{output} exists; pass --overwrite to replace it")
+    parent = output.resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"output directory does not exist: {parent}")
+    try:  # a real probe: permissions, read-only file systems and ACLs all answer the same way
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError:
+        raise UsageError(f"output directory is not writable: {parent}") from None
+
+
+class Engine:
+    """Restores any number of videos and images with one set of options. The weights load and the
+    workers are built (and compiled) on the first job, once it has passed its checks."""
+
+    def __init__(self, options: RestoreOptions | None = None, progress: bool = True) -> None:
+        self.options = options or RestoreOptions()
+        self.progress = progress
+        self.devices = self.options.devices()  # a missing GPU is an error before anything loads
+        self._workers: list[DeviceWorker] | None = None
+        self._crop_size = 0
+
+    @property
+    def workers(self) -> list[DeviceWorker]:
+        """The workers, built on first use: weights loaded (downloaded on first use) and compiled."""
+        if self._workers is None:
+            state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
+            self._workers = [DeviceWorker(state_dict, self.options, device) for device in self.devices]
+        return self._workers
+
+    def restore(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
+                on_frame: FrameCallback | None = None) -> Summary:
+        """Restore ``input`` (a video, or an image by its extension) into ``output``."""
+        if Path(input).suffix.lower() in IMAGE_EXTENSIONS:
+            return self.restore_image(input, output, job, on_frame)
+        return self.restore_video(input, output, job, on_frame)
+
+    def restore_video(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
+                      on_frame: FrameCallback | None = None) -> Summary:
+        """Restore every face in ``input`` and write ``output``; audio, timing and metadata are kept.
+
+        With ``job.resume`` the video is encoded in segments kept in a work directory beside
+        ``output``; a later job with ``resume`` continues after the last finished one. Raises
+        ``InputError``, ``OutputError``, ``UsageError`` or ``WeightsError`` (one-line messages)
+        before any output exists when something cannot work. ``on_frame(frames, faces)`` hears
+        every frame written; without it the engine shows a progress bar of its own (if asked to).
+        """
+        job = job or JobOptions()
+        input, output = Path(input), Path(output)
+        check_paths(input, output, job.overwrite, CONTAINERS)
+        info = probe(input)
+        if info.truncated:
+            if not self.options.allow_truncated:
+                raise InputError(f"{info.truncated}; pass --allow-truncated to restore what is there")
+            log.warning("%s; restoring every frame that decodes", info.truncated)
+        container = open_input(input)
+        try:
+            writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, self.options, job.overwrite)
+            tracks = None
+            try:
+                # After the writer, which checks the encoder settings: a wrong option must not cost
+                # a download. Before --resume's work directory, which a failed download must not leave.
+                workers = self.workers
+                lowered = [w.out_of_memory for w in workers]
+                start_frame = 0
+                if job.resume:
+                    stat = input.stat()
+                    fingerprint = {"input": str(input.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                                   "segment_frames": job.segment_frames, "options": self.options.fingerprint()}
+                    writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), fingerprint), input,
+                                             job.segment_frames)
+                    start_frame = writer.first_frame
+                batch_frames = frames_per_batch(self.options.batch_size, info.width * info.height)
+                for worker in workers:
+                    worker.capture_detection(batch_frames, info.height, info.width)
+                tracks = TracksWriter(Path(job.tracks_out)) if job.tracks_out else None
+                bar = tqdm(total=info.frames, initial=start_frame, unit="frame",
+                           disable=not self.progress or on_frame is not None, dynamic_ncols=True)
+                faces = [0]
+
+                def count(frames: int, found: int) -> None:
+                    faces[0] += found
+                    bar.update(frames)
+                    bar.set_postfix(faces=faces[0], refresh=False)
+                    if on_frame is not None:
+                        on_frame(frames, found)
+
+                pipeline = Pipeline(container, writer, workers, FaceTracker(smooth=self.options.smooth),
+                                    batch_frames=batch_frames, tracks=tracks, on_frame=count,
+                                    start_frame=start_frame, allow_truncated=self.options.allow_truncated,
+                                    truncated=info.truncated, fields=info.fields, fps=info.fps)
+                try:
+                    result = pipeline.run()
+                finally:
+                    bar.close()
+            except BaseException:
+                writer.abort()
+                if tracks is not None:
+                    tracks.abort()
+                raise
+        finally:
+            container.close()
+        memory = [f"{w.device}: out of memory {w.out_of_memory - before} time(s), GPEN batch lowered to {w.face_batch}"
+                  for w, before in zip(workers, lowered) if w.out_of_memory > before]
+        return Summary(output, result.frames, result.faces, result.frames_with_faces, result.seconds, result.busy,
+                       writer.warnings + memory, result.damaged, start_frame, result.truncated)
+
+    def restore_image(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
+                      on_frame: FrameCallback | None = None) -> Summary:
+        """Restore the faces of one photo (EXIF orientation honoured) into another image file."""
+        job = job or JobOptions()
+        input, output = Path(input), Path(output)
+        check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
+        if not input.is_file():
+            raise InputError(f"input not found: {input}")
+        bgr = cv2.imread(str(input), cv2.IMREAD_COLOR)  # applies the EXIF orientation
+        if bgr is None:
+            raise InputError(f"cannot read {input} as an image")
+        start = time.perf_counter()
+        claim = OutputClaim(output, job.overwrite)
+        tmp = partial_path(output)
+        try:
+            worker = self.workers[0]
+            rgb = np.ascontiguousarray(bgr[:, :, ::-1])
+            frame = torch.from_numpy(rgb).to(worker.device).permute(2, 0, 1)[None].float()
+            found = worker.detector.detect_rgb(frame)[0]
+            tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
+            restored, _ = worker.restore_rgb(frame, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])
+            image = restored[0].permute(1, 2, 0).to(torch.uint8).cpu().numpy()
+            if not cv2.imwrite(str(tmp), np.ascontiguousarray(image[:, :, ::-1])):
+                raise OutputError(f"cannot write {output}")
+            claim.publish(tmp)
+        finally:
+            claim.release()
+            tmp.unlink(missing_ok=True)
+        if job.tracks_out:
+            writer = TracksWriter(Path(job.tracks_out))
+            writer.add(tracked)
+            writer.close()
+        faces = len(tracked.faces)
+        if on_frame is not None:
+            on_frame(1, faces)
+        return Summary(output, 1, faces, int(faces > 0), time.perf_counter() - start)

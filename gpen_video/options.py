@@ -1,0 +1,208 @@
+"""Every option, in one place: its default, type, allowed values, check and help text.
+
+:class:`RestoreOptions` says how a restoration is done: where, with which model and detector,
+how strongly, encoded how. :class:`JobOptions` says what happens around one job: replace an
+existing output, resume, write a tracks file. The command line's flags are made from their fields
+(``cli.py``), the API takes the same names as keywords, and a ``--resume`` job's fingerprint is
+the whole of :class:`RestoreOptions`, so a job is never continued with other settings.
+Setting a new option is one field here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .faces.detect import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
+from .faces.track import DEFAULT_SMOOTH
+from .model.fast import PRECISIONS
+from .video.segments import SEGMENT_FRAMES
+from .weights import DEFAULT_MODEL, OFFICIAL_MODELS
+
+
+class UsageError(ValueError):
+    """Options that cannot work together or are out of range. The message is one line."""
+
+
+Check = Callable[[Any], str | None]  # a value -> what is wrong with it, or None
+
+
+def _at_least(low: float, what: str = "") -> Check:
+    return lambda v: None if v is None or v >= low else f"must be {what or f'at least {low}'}, got {v}"
+
+
+def _between(low: float, high: float) -> Check:
+    return lambda v: None if low <= v <= high else f"must be in [{low}, {high}], got {v}"
+
+
+def _positive_threshold(v: float) -> str | None:
+    return None if 0 < v <= 1 else f"must be in (0, 1], got {v}"
+
+
+def _gpu_list(text: str) -> tuple[int, ...]:
+    """``--gpus 0,1`` -> (0, 1)."""
+    import argparse
+
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpus takes GPU numbers like 0,1; got {text!r}") from None
+
+
+def option(default: Any, help: str, group: str, *, choices: typing.Iterable[str] | None = None,
+           check: Check | None = None, parse: Callable[[str], Any] | None = None,
+           flag: str | None = None, metavar: str | None = None) -> Any:
+    """A field with what the command line and the checks need: its ``help``, its flag ``group``,
+    allowed ``choices``, a ``check``, how to ``parse`` the flag's text, and its ``flag`` when that
+    is not the field's name (``--no-compile`` sets ``compile`` to False)."""
+    return field(default=default, metadata={"help": help, "group": group, "check": check, "parse": parse,
+                                            "flag": flag, "metavar": metavar,
+                                            "choices": tuple(choices) if choices is not None else None})
+
+
+def flag_of(spec: dataclasses.Field) -> str:
+    """The command-line flag of a field."""
+    return spec.metadata.get("flag") or "--" + spec.name.replace("_", "-")
+
+
+class _Checked:
+    """Checks every field on construction (and on :func:`dataclasses.replace`): a bad value is a
+    :class:`UsageError` naming its flag, before anything is loaded."""
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            choices = spec.metadata["choices"]
+            if choices is not None and value is not None and value not in choices:
+                raise UsageError(f"{flag_of(spec)} must be one of {', '.join(choices)}, got {value!r}")
+            check = spec.metadata["check"]
+            problem = check(value) if check is not None else None
+            if problem:
+                raise UsageError(f"{flag_of(spec)} {problem}")
+
+
+@dataclass(frozen=True)
+class RestoreOptions(_Checked):
+    """How to restore: devices, model, detection, blending and encoding. Frozen and picklable, so
+    one value can be handed to any worker, process or node."""
+
+    gpus: tuple[int, ...] | None = option(
+        None, "comma-separated CUDA GPU numbers (default: 0 when a GPU exists)", "devices", parse=_gpu_list,
+        metavar="0,1")
+    device: str | None = option(None, "force the CPU (slow) or CUDA", "devices", choices=("cpu", "cuda"))
+    precision: str | None = option(None, "GPEN arithmetic (default fp16 on GPU, fp32 on CPU)", "devices",
+                                   choices=sorted(PRECISIONS))
+    batch_size: int = option(16, "faces per GPEN batch, and frames per detection batch up to 1080p (fewer for "
+                                 "larger frames)", "devices", check=_at_least(1, "a positive integer"))
+    compile: bool | None = option(None, "skip torch.compile on GPUs (starts faster, runs slower)", "devices",
+                                  flag="--no-compile")
+    workers_per_device: int = option(1, "workers (model replicas) per device; more can keep one GPU busier",
+                                     "devices", check=_at_least(1, "a positive integer"))
+    model: str = option(DEFAULT_MODEL, "official GPEN checkpoint", "model", choices=OFFICIAL_MODELS)
+    weights: Path | None = option(None, "a GPEN checkpoint file to use instead (never downloads)", "model")
+    detector: str = option(DEFAULT_DETECTOR, "face detector", "faces", choices=DETECTORS)
+    detector_weights: Path | None = option(None, "detector checkpoint file (never downloads)", "faces")
+    threshold: float = option(DEFAULT_THRESHOLD, "detection confidence (default 0.9, as GPEN)", "faces",
+                              check=_positive_threshold)
+    min_face: float = option(0.0, "ignore faces smaller than this many pixels", "faces", check=_at_least(0))
+    max_faces: int | None = option(None, "restore at most this many faces per frame (largest score first)",
+                                   "faces", check=_at_least(1, "a positive integer"))
+    strength: float = option(1.0, "blend of restored over original, 0..1", "faces", check=_between(0.0, 1.0))
+    smooth: float = option(DEFAULT_SMOOTH, "temporal smoothing of face tracks, a Gaussian sigma in frames "
+                                           "(0 turns it off)", "faces", check=_at_least(0))
+    codec: str | None = option(None, "libx264, libx265, prores_ks, ffv1, libvpx-vp9, libsvtav1, h264_nvenc, "
+                                     "hevc_nvenc (default: the input's own codec where the container holds it, "
+                                     "else libx264)", "encoding")
+    crf: int | None = option(None, "quality (default: visually lossless for the codec; 0 = lossless x264)",
+                             "encoding", check=_at_least(0))
+    preset: str | None = option(None, "encoder preset (default: fast for x264/x265)", "encoding")
+    pix_fmt: str | None = option(None, "output pixel format (default: the input's, else the closest the encoder "
+                                       "takes, with a warning naming the loss)", "encoding")
+    encoder_threads: int = option(0, "encoder threads (default 0: the encoder's own choice, about 1.5 per core "
+                                     "for x264)", "encoding", check=_at_least(0))
+    strict: bool = option(False, "refuse, before any work, anything of the input the output cannot keep "
+                                 "(a stream, flag, alpha, bit depth) instead of warning about it", "encoding")
+    allow_truncated: bool = option(False, "restore every frame a cut-off input still holds, instead of "
+                                          "refusing it", "input")
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None:  # a list from the API: kept as a tuple, so the options stay hashable
+            object.__setattr__(self, "gpus", tuple(self.gpus))
+        super().__post_init__()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Every field's value, as JSON can hold it: what a resumed job must match."""
+        return {name: str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
+                for name, value in dataclasses.asdict(self).items()}
+
+    def devices(self) -> list[str]:
+        """The torch devices to run on, each once per worker; checked against the GPUs visible here
+        (where the work runs, not where the options were made)."""
+        import torch
+
+        available = torch.cuda.device_count()
+        missing = [g for g in self.gpus or () if not 0 <= g < available]
+        if missing:
+            raise UsageError(f"GPU {missing[0]} does not exist ({available} CUDA GPU(s) visible)")
+        if self.device == "cpu":
+            if self.gpus:
+                raise UsageError("--gpus and --device cpu contradict each other; give one")
+            devices = ["cpu"]
+        elif not self.gpus and available == 0:
+            if self.device == "cuda":
+                raise UsageError("--device cuda was asked for, but no CUDA GPU is visible")
+            devices = ["cpu"]
+        else:
+            devices = [f"cuda:{g}" for g in dict.fromkeys(self.gpus or (0,))]
+        return [d for d in devices for _ in range(self.workers_per_device)]
+
+    def precision_on(self, device: str) -> str:
+        return self.precision or ("fp16" if device.startswith("cuda") else "fp32")
+
+    def compiles_on(self, device: str) -> bool:
+        """torch.compile and CUDA graphs: on GPUs unless turned off; never on the CPU."""
+        return device.startswith("cuda") and self.compile is not False
+
+
+@dataclass(frozen=True)
+class JobOptions(_Checked):
+    """What happens around one job, beside the restoration itself."""
+
+    overwrite: bool = option(False, "replace OUTPUT if it exists", "output")
+    resume: bool = option(False, "encode in segments kept beside OUTPUT; after a crash, the same command with "
+                                 "--resume continues from the last complete segment", "output")
+    segment_frames: int = option(SEGMENT_FRAMES, f"frames per --resume segment (default {SEGMENT_FRAMES}: the most "
+                                                 f"work a crash can lose)", "output",
+                                 check=_at_least(1, "a positive number of frames"))
+    tracks_out: Path | None = option(None, "write the faces found and used per frame as JSON (with many inputs: "
+                                           "a folder, one OUTPUT-name.json each)", "output")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.resume and self.tracks_out:
+            raise UsageError("--tracks-out cannot be combined with --resume (a resumed run sees only part of "
+                             "the video)")
+
+
+@dataclass(frozen=True)
+class BatchOptions(_Checked):
+    """How a call with many inputs (``IN1 IN2 ... OUTDIR`` or ``INDIR OUTDIR``) finds and names them."""
+
+    name: str = option("{stem}.{ext}", "output file names in OUTDIR, from the input's {stem} and {ext} "
+                                       "(an extension that cannot be written becomes mkv)", "batch",
+                       metavar="TEMPLATE")
+    recursive: bool = option(False, "also restore the videos and images in INDIR's subfolders, into the same "
+                                    "subfolders of OUTDIR", "batch")
+    skip_existing: bool = option(False, "leave outputs that already exist alone (a re-run continues a batch)",
+                                 "batch")
+
+
+def value_type(owner: type, spec: dataclasses.Field) -> type:
+    """The type a field's values have, None left out (``int | None`` -> int)."""
+    hint = typing.get_type_hints(owner)[spec.name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint

@@ -1,0 +1,78 @@
+"""Many inputs in one call: a folder of real clips, a photo and a broken file, through the CLI."""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+
+from . import corpus
+from .conftest import shared_file
+from .test_preservation import gpen_video
+
+CLIPS = {"speech.mp4": "media/videos/talking_head_speech_retalking2.mp4",
+         "vfr.mp4": "media/videos/talking_head_vfr_retalking1.mp4",
+         "phone.mp4": corpus.PHONE}
+
+
+def _timeline(path: Path) -> tuple[list[Fraction], list[tuple[Fraction | None, bytes]]]:
+    """Every video frame's time, and every audio packet's time and bytes."""
+    with av.open(str(path)) as container:
+        frames = [f.pts * f.time_base for f in container.decode(video=0)]
+    with av.open(str(path)) as container:
+        audio = [(p.pts * p.time_base if p.pts is not None else None, bytes(p))
+                 for p in container.demux(audio=0) if p.size]
+    return frames, audio
+
+
+def _folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for name, source in CLIPS.items():
+        corpus.excerpt(folder / name, shared_file(source), 1.0)
+    (folder / "people.jpg").write_bytes(shared_file("media/images/whole_two_people.jpg").read_bytes())
+    corpus.cut(folder / "broken.mp4", folder / "speech.mp4", 0.4)
+    return folder
+
+
+def _stats(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
+
+
+def test_a_folder_is_restored_and_a_broken_file_costs_only_itself(small_gpen, tmp_path):
+    folder, out = _folder(tmp_path), tmp_path / "restored"
+    before = _stats(folder)
+    run = gpen_video(small_gpen, folder, out, timeout=900)
+    assert run.returncode == 1, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("gpen-video: error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"gpen-video: error: {folder / 'broken.mp4'}: "), run.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["people.jpg", "phone.mp4", "speech.mp4", "vfr.mp4"]
+    assert not [p for p in tmp_path.rglob("*") if "partial" in p.name or p.name.endswith(".lock")]
+    for name in CLIPS:
+        assert _timeline(out / name) == _timeline(folder / name), name
+    photo = cv2.imread(str(folder / "people.jpg")).astype(int)
+    restored = cv2.imread(str(out / "people.jpg")).astype(int)
+    assert restored.shape == photo.shape and np.abs(restored - photo).max() > 30  # faces changed
+    assert _stats(folder) == before  # the inputs are only read
+
+    done = _stats(out)
+    again = gpen_video(small_gpen, folder, out, "--skip-existing", timeout=900)
+    assert again.returncode == 1  # the broken file is still broken, and said so
+    assert _stats(out) == done  # nothing that exists was touched
+    assert sum("skipped" in line for line in again.stderr.splitlines()) >= 4
+
+
+def test_outputs_follow_the_name_template(small_gpen, tmp_path):
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    corpus.encoded(folder / "sub" / "clip.avi", "mpeg4", "yuv420p", frames=4)
+    (folder / "face.png").write_bytes(shared_file("media/images/cropped_ffhq_00000.png").read_bytes())
+    out = tmp_path / "out"
+    run = gpen_video(small_gpen, folder, out, "--recursive", "--name", "{stem}_gpen.{ext}", "--quiet")
+    assert run.returncode == 0, run.stderr
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
+        "face_gpen.png", os.path.join("sub", "clip_gpen.mkv")]  # AVI cannot be written: Matroska

@@ -1,0 +1,82 @@
+"""One engine, many jobs: built once, each job's output as if it ran alone, and a failed job costs
+only itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpen_video.engine import Engine
+from gpen_video.options import RestoreOptions
+from gpen_video.restore import DeviceWorker
+from gpen_video.video.decode import InputError
+
+from . import corpus
+from .conftest import decoded_planes, shared_file
+
+
+def _options(weights: Path) -> RestoreOptions:
+    """The CPU, the small GPEN and the real mobile detector; FFV1, so outputs compare sample for sample."""
+    return RestoreOptions(device="cpu", weights=weights, detector="retinaface-mobile",
+                          detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth"), batch_size=4,
+                          codec="ffv1")
+
+
+@pytest.fixture
+def built(monkeypatch) -> list[DeviceWorker]:
+    """Every DeviceWorker built while the test runs (the real ones, counted)."""
+    workers: list[DeviceWorker] = []
+    real_init = DeviceWorker.__init__
+
+    def counting_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        workers.append(self)
+
+    monkeypatch.setattr(DeviceWorker, "__init__", counting_init)
+    return workers
+
+
+def _assert_same_video(a: Path, b: Path) -> None:
+    planes_a, planes_b = decoded_planes(a), decoded_planes(b)
+    assert len(planes_a) == len(planes_b)
+    for frame_a, frame_b in zip(planes_a, planes_b):
+        for plane_a, plane_b in zip(frame_a, frame_b):
+            np.testing.assert_array_equal(plane_a, plane_b)
+
+
+def test_one_engine_runs_many_jobs_each_as_if_alone(small_gpen, tmp_path, built):
+    videos = [corpus.encoded(tmp_path / "a.mp4", "libx264", "yuv420p", frames=8),
+              corpus.interlaced(tmp_path / "b.mp4", top_first=True, frames=4, cut_at=8),
+              corpus.encoded(tmp_path / "c.mkv", "ffv1", "yuv422p", frames=6)]
+    photo = shared_file("media/images/whole_two_people.jpg")
+    broken = corpus.size_change_ts(tmp_path / "broken.ts")  # fails half-way, at the change of size
+    engine = Engine(_options(small_gpen), progress=False)
+    together = tmp_path / "together"
+    together.mkdir()
+    engine.restore(videos[0], together / "a.mkv")
+    with pytest.raises(InputError, match="changes size"):
+        engine.restore(broken, together / "broken.mkv")
+    assert not list(together.glob("*broken*")) and not list(together.glob(".*"))
+    for video in videos[1:]:
+        engine.restore(video, together / f"{video.stem}.mkv")
+    engine.restore(photo, together / "photo.png")
+    assert len(built) == 1  # one worker for five jobs
+
+    for video in videos:
+        alone = tmp_path / f"alone-{video.stem}.mkv"
+        Engine(_options(small_gpen), progress=False).restore(video, alone)
+        _assert_same_video(together / f"{video.stem}.mkv", alone)
+    alone_photo = tmp_path / "alone.png"
+    Engine(_options(small_gpen), progress=False).restore(photo, alone_photo)
+    assert (together / "photo.png").read_bytes() == alone_photo.read_bytes()
+
+
+def test_an_engine_that_has_not_run_a_job_has_loaded_nothing(small_gpen, tmp_path, built):
+    engine = Engine(_options(small_gpen), progress=False)
+    with pytest.raises(Exception, match="exists; pass --overwrite"):
+        existing = tmp_path / "out.mkv"
+        existing.write_bytes(b"keep")
+        engine.restore(corpus.encoded(tmp_path / "a.mp4", "libx264", "yuv420p", frames=2), existing)
+    assert built == [] and existing.read_bytes() == b"keep"
