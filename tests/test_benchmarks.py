@@ -54,6 +54,12 @@ def test_pipeline_bench_smoke(tmp_path, golden):
     assert threads["worker-cpu"] > 0.1 and all(0 <= v < os.cpu_count() for v in threads.values()), threads
 
 
+def test_batch_bench_smoke(tmp_path, golden):
+    numbers = _smoke("batch_bench.py", tmp_path, golden)
+    assert numbers["clips"] == 3 and numbers["transcode_s"] > 0 and numbers["batch_s"] > 0
+    assert numbers["separate_over_batch"] == round(numbers["separate_mean_s"] * 3 / numbers["batch_s"], 2)
+
+
 def test_trace_pipeline_smoke(tmp_path, golden):
     """Every labelled step is caught on the worker thread, where the profiler must see it."""
     from .conftest import shared_file

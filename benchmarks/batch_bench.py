@@ -1,0 +1,84 @@
+"""Many short clips: one batch call against separate CLI calls, and against transcoding alone.
+
+Builds ``--clips`` one-face 1080p clips of ``--seconds`` each from a shared sample, then times,
+in one run on one machine:
+
+- transcode: each clip decoded and re-encoded by the tool's own reader and writer, no restoration
+  (the floor), summed over the clips;
+- batch: one ``gpen-video CLIPS/ OUT/`` process, start-up included;
+- separate: ``--separate`` clips each restored by a ``gpen-video IN OUT`` process of its own,
+  start-up included; the mean per call is what twenty calls would cost per clip.
+
+Every process starts the way a user's would (``python -m gpen_video.cli``, the compile cache
+as the machine has it). Prints the seconds and the ratios.
+
+    python benchmarks/batch_bench.py --weights G.pth --detector-weights R.pth [--clips 20 --seconds 10]
+    python benchmarks/batch_bench.py --smoke ...   # CPU, tiny clips: checks the harness
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipeline_bench import SHARED, build_clip, transcode_fps
+
+from gpen_video.options import RestoreOptions
+
+SOURCE = "talking_head_speech_retalking2.mp4"
+
+
+def cli(*args: object) -> float:
+    """Seconds one ``gpen-video`` process takes, from its start to its exit."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--detector-weights", required=True)
+    ap.add_argument("--clips", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--separate", type=int, default=3, help="clips also restored by separate calls")
+    ap.add_argument("--size", default="1920x1080")
+    ap.add_argument("--json", help="also write the numbers to this file")
+    ap.add_argument("--smoke", action="store_true", help="CPU, three small clips of half a second")
+    args = ap.parse_args()
+    if args.smoke:
+        args.clips, args.seconds, args.separate = 3, 0.5, 2
+    size = (320, 320) if args.smoke else tuple(int(v) for v in args.size.split("x"))
+    flags = ["--weights", args.weights, "--detector", "retinaface-mobile", "--detector-weights",
+             args.detector_weights, "--quiet", *(["--device", "cpu"] if args.smoke else [])]
+    rows: dict[str, object] = {"clips": args.clips, "seconds_each": args.seconds, "size": args.size}
+    with tempfile.TemporaryDirectory() as tmp:
+        clips = Path(tmp) / "clips"
+        clips.mkdir()
+        first = build_clip(SHARED / SOURCE, clips / "clip00.mp4", args.seconds, size)
+        for i in range(1, args.clips):  # the same frames: building each costs as much as restoring it
+            (clips / f"clip{i:02d}.mp4").write_bytes(first.read_bytes())
+        scratch = Path(tmp) / "transcode.mp4"
+        start = time.perf_counter()
+        for clip in sorted(clips.iterdir()):
+            transcode_fps(clip, scratch, RestoreOptions())
+        rows["transcode_s"] = round(time.perf_counter() - start, 2)
+        rows["batch_s"] = round(cli(clips, Path(tmp) / "batch", *flags), 2)
+        separate = [cli(c, Path(tmp) / f"alone-{c.name}", *flags) for c in sorted(clips.iterdir())[: args.separate]]
+        rows["separate_mean_s"] = round(sum(separate) / len(separate), 2)
+        rows["separate_first_s"] = round(separate[0], 2)
+    rows["batch_over_transcode"] = round(rows["batch_s"] / rows["transcode_s"], 3)
+    rows["separate_over_batch"] = round(rows["separate_mean_s"] * args.clips / rows["batch_s"], 2)
+    print(json.dumps(rows, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
