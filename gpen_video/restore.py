@@ -28,7 +28,7 @@ from .faces.track import gray_thumbnails, thumbnail_means
 from .model import build_inference_model
 from .model.graphs import GraphedModel, padded
 from .options import RestoreOptions
-from .transfer import Pending, to_host
+from .transfer import Pending, to_device, to_host
 from .video.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
 from .video.decode import OnDevice, SourceFrame
 
@@ -71,8 +71,13 @@ def _in_order(parts: list[torch.Tensor], groups: list[list[int]]) -> torch.Tenso
     """The groups' batches (in :func:`_groups` order) as one batch in the frames' own order."""
     if len(parts) == 1:
         return parts[0]
-    order = torch.tensor([i for group in groups for i in group], device=parts[0].device)
-    return torch.cat(parts).index_select(0, torch.argsort(order))
+    order = np.argsort([i for group in groups for i in group])
+    return torch.cat(parts).index_select(0, to_device(order, parts[0].device))
+
+
+def _of_group(batch: torch.Tensor, group: list[int], groups: list[list[int]]) -> torch.Tensor:
+    """The rows of ``batch`` (in the frames' order) that belong to ``group``."""
+    return batch if len(groups) == 1 else batch.index_select(0, to_device(np.array(group), batch.device))
 
 
 class DeviceWorker:
@@ -223,9 +228,9 @@ class DeviceWorker:
         image, changed = self.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces)
         downloads = []
         for group, (planes, _) in zip(groups, resident):
-            layout, mine = frames[group[0]].layout, torch.tensor(group, device=image.device)
-            new = layout.to_planes(image.index_select(0, mine), planes[0].dtype)
-            downloads.append(self._download(layout.merge(new, planes, changed.index_select(0, mine))))
+            layout = frames[group[0]].layout
+            new = layout.to_planes(_of_group(image, group, groups), planes[0].dtype)
+            downloads.append(self._download(layout.merge(new, planes, _of_group(changed, group, groups))))
 
         def finish() -> list[Restored]:
             results: list[Restored | None] = [None] * len(frames)
