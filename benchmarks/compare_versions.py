@@ -62,7 +62,9 @@ def main() -> None:
         ap.error("each --old folder and --also variant needs a name of its own, other than 'new'")
     if not versions:
         ap.error("nothing to compare with: give --old or --also")
-    versions["new"] = (NEW, {})
+    # This checkout compiles as older versions always did: --compile auto would pick eager for
+    # short clips, and these rows compare steady-state speed.
+    versions["new"] = (NEW, {"compile": "on"})
     device = {"device": "cpu"} if args.smoke else {"gpus": [0]}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -140,7 +140,8 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
         else:
             device = {"gpus": [0]} if args.device == "cuda" else {"device": "cpu"}
             with _timed_queue_waits() as waits:
-                summary = restore_video(clip, out, **device, weights=args.weights, detector="retinaface-mobile",
+                summary = restore_video(clip, out, **device, compile="on", weights=args.weights,
+                                        detector="retinaface-mobile",
                                         detector_weights=args.detector_weights, preset=args.preset,
                                         min_face=1e9 if variant == "no-faces" else 0.0,
                                         strength=0.0 if variant == "strength-0" else 1.0,

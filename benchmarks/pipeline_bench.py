@@ -241,7 +241,7 @@ def main() -> None:
     settings = RestoreOptions(preset=args.preset)
     options = dict(weights=args.weights, detector=args.detector, detector_weights=args.detector_weights,
                    batch_size=args.batch_size, precision=args.precision, preset=args.preset, progress=False,
-                   overwrite=True)
+                   overwrite=True, compile="on")  # steady-state speed: --compile auto is eager for short clips
     one_gpu = {"device": "cpu"} if device == "cpu" else {"gpus": gpus[:1]}
     rows = _Rows(args.json)
     rows["device"] = torch.cuda.get_device_name() if device == "cuda" else "CPU"

@@ -182,7 +182,7 @@ def main() -> None:
 
     cuda = torch.cuda.is_available() and not args.smoke
     options = dict(weights=args.weights, detector=args.detector, detector_weights=args.detector_weights,
-                   batch_size=args.batch_size, preset=args.preset, progress=False, overwrite=True,
+                   batch_size=args.batch_size, preset=args.preset, progress=False, overwrite=True, compile="on",
                    **({"gpus": [0]} if cuda else {"device": "cpu"}))
     with tempfile.TemporaryDirectory() as tmp:
         clip = build_clip(Path(args.clip), Path(tmp) / "clip.mp4", 1.0 if args.smoke else args.seconds,

@@ -48,12 +48,9 @@ def restore_video(input: str | Path, output: str | Path, options: RestoreOptions
 def restore_image(input: str | Path, output: str | Path, options: RestoreOptions | None = None, *,
                   overwrite: bool = False, tracks_out: str | Path | None = None, progress: bool = True,
                   **changes: Any) -> Summary:
-    """Restore the faces of one photo (see :meth:`Engine.restore_image`). Without a word about
-    compiling, a single image is not compiled for: there is nothing to spread the half minute over."""
-    options = _options(options, changes)
-    if options.compile is None:
-        options = dataclasses.replace(options, compile=False)
-    return Engine(options, progress).restore_image(input, output, _job(overwrite, False, None, tracks_out))
+    """Restore the faces of one photo (see :meth:`Engine.restore_image`)."""
+    job = _job(overwrite, False, None, tracks_out)
+    return Engine(_options(options, changes), progress).restore_image(input, output, job)
 
 
 def restore_many(inputs: list[str | Path], output_dir: str | Path, options: RestoreOptions | None = None, *,

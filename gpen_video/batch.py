@@ -98,7 +98,8 @@ def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch
             frames[source] = 1 if source.suffix.lower() in IMAGE_EXTENSIONS else probe(source).frames or 0
         except Exception:
             frames[source] = 0
-    bar = tqdm(total=sum(frames.values()), unit="frame", disable=not progress, dynamic_ncols=True)
+    engine.planned_frames = sum(frames.values())  # --compile auto decides on the whole batch
+    bar = tqdm(total=engine.planned_frames, unit="frame", disable=not progress, dynamic_ncols=True)
     results, faces = [], [0]
 
     def on_frame(count: int, found: int) -> None:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 
+STARTED = time.perf_counter()  # start-up is reported from here: the heavy imports come later, in functions
+
 if TYPE_CHECKING:
     from .batch import JobResult
     from .engine import Engine
@@ -52,7 +54,7 @@ def _add_fields(parser: argparse.ArgumentParser, groups: dict[str, argparse._Arg
         kind = value_type(owner, spec)
         settings: dict = {"dest": spec.name, "default": spec.default, "help": meta["help"]}
         if kind is bool:
-            settings["action"] = "store_false" if flag_of(spec).startswith("--no-") else "store_true"
+            settings["action"] = "store_true"
         else:
             settings["type"] = meta["parse"] or kind
             if meta["choices"] is not None:
@@ -134,7 +136,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"gpen-video: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     if not args.quiet:
-        print(summary.describe(), file=sys.stderr)
+        print(summary.describe(STARTED), file=sys.stderr)
     return 0
 
 

@@ -23,7 +23,7 @@ from .faces.track import FaceTracker, track_faces
 from .faces.tracks_file import TracksWriter
 from .options import JobOptions, RestoreOptions, UsageError
 from .pipeline import Pipeline, frames_per_batch
-from .restore import DeviceWorker
+from .restore import DeviceWorker, compile_cache
 from .video.decode import InputError, open_input, probe
 from .video.encode import CONTAINERS, OutputError, VideoWriter
 from .video.outputs import OutputClaim, partial_path
@@ -32,6 +32,10 @@ from .weights import load_gpen_weights
 
 log = logging.getLogger(__name__)
 FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)
+#: ``--compile auto`` compiles from this many frames of work: compiled GPEN restores a one-face
+#: 1080p clip at 2.3x and a crowd at 5.4x the eager speed (~6.4 ms saved per face), and costs
+#: 6.4 s more start-up with a warm compile cache, 22.6 s with a cold one (BENCHMARKS.md, run AN).
+COMPILE_FROM_FRAMES = {"warm": 1000, "cold": 3500}
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
@@ -47,15 +51,23 @@ class Summary:
     damaged: int = 0  # input frames decoded with errors or repeated in place of undecodable ones
     resumed_at: int = 0  # the first frame this run encoded (--resume)
     truncated: str = ""  # why the input ended early (--allow-truncated), or ""
+    #: Seconds the engine's start took in this job (weights, workers: building and compiling), if it started here.
+    startup: dict[str, float] = field(default_factory=dict)
+    first_frame_at: float | None = None  # time.perf_counter() when its first frame was written
 
     @property
     def fps(self) -> float:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
-    def describe(self) -> str:
-        """The closing report: frames, faces, time, and each stage's busy share of the wall time."""
+    def describe(self, started: float | None = None) -> str:
+        """The closing report: frames, faces, time, where the start-up went (the first frame's time
+        counted from ``started``, a ``time.perf_counter()``), and each stage's busy share of the wall time."""
         lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
                  f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
+        if started is not None and self.first_frame_at is not None:
+            parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.startup.items())
+            lines.append(f"first frame written {self.first_frame_at - started:.1f} s after the start"
+                         + (f" (of which {parts})" if parts else ""))
         if self.resumed_at:
             lines.append(f"resumed at frame {self.resumed_at}: the frames before it came from the work directory")
         if self.truncated:
@@ -101,15 +113,34 @@ class Engine:
         self.progress = progress
         self.devices = self.options.devices()  # a missing GPU is an error before anything loads
         self._workers: list[DeviceWorker] | None = None
-        self._crop_size = 0
+        self._startup: dict[str, float] = {}  # how the first job's start-up went, until it reports it
+        #: Frames of all the work planned (a batch's), which ``--compile auto`` decides on; None: the first job's.
+        self.planned_frames: int | None = None
 
-    @property
-    def workers(self) -> list[DeviceWorker]:
-        """The workers, built on first use: weights loaded (downloaded on first use) and compiled."""
+    def compiles(self, frames: int | None) -> bool:
+        """Whether GPU workers compile, for ``frames`` of work (None: unknown, taken as long)."""
+        if self.options.compile != "auto":
+            return self.options.compile == "on"
+        cache = compile_cache()
+        warm = cache.is_dir() and any(cache.iterdir())
+        return frames is None or frames >= COMPILE_FROM_FRAMES["warm" if warm else "cold"]
+
+    def workers(self, frames: int | None) -> list[DeviceWorker]:
+        """The workers, built on first use (weights loaded, downloaded on first use; compiled for
+        the planned work, else the first job's ``frames``), then the same for every job."""
         if self._workers is None:
+            start = time.perf_counter()
             state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
-            self._workers = [DeviceWorker(state_dict, self.options, device) for device in self.devices]
+            loaded = time.perf_counter()
+            compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
+            self._workers = [DeviceWorker(state_dict, self.options, device, compiled) for device in self.devices]
+            compiled = " (compiling)" if any(w.compiled for w in self._workers) else ""
+            self._startup = {"weights": loaded - start, f"workers{compiled}": time.perf_counter() - loaded}
         return self._workers
+
+    def _take_startup(self) -> dict[str, float]:
+        startup, self._startup = self._startup, {}
+        return startup
 
     def restore(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
                 on_frame: FrameCallback | None = None) -> Summary:
@@ -143,7 +174,7 @@ class Engine:
             try:
                 # After the writer, which checks the encoder settings: a wrong option must not cost
                 # a download. Before --resume's work directory, which a failed download must not leave.
-                workers = self.workers
+                workers = self.workers(info.frames)
                 lowered = [w.out_of_memory for w in workers]
                 start_frame = 0
                 if job.resume:
@@ -186,7 +217,8 @@ class Engine:
         memory = [f"{w.device}: out of memory {w.out_of_memory - before} time(s), GPEN batch lowered to {w.face_batch}"
                   for w, before in zip(workers, lowered) if w.out_of_memory > before]
         return Summary(output, result.frames, result.faces, result.frames_with_faces, result.seconds, result.busy,
-                       writer.warnings + memory, result.damaged, start_frame, result.truncated)
+                       writer.warnings + memory, result.damaged, start_frame, result.truncated, self._take_startup(),
+                       result.first_frame_at)
 
     def restore_image(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
                       on_frame: FrameCallback | None = None) -> Summary:
@@ -203,7 +235,7 @@ class Engine:
         claim = OutputClaim(output, job.overwrite)
         tmp = partial_path(output)
         try:
-            worker = self.workers[0]
+            worker = self.workers(1)[0]
             rgb = np.ascontiguousarray(bgr[:, :, ::-1])
             frame = torch.from_numpy(rgb).to(worker.device).permute(2, 0, 1)[None].float()
             found = worker.detector.detect_rgb(frame)[0]
@@ -223,4 +255,5 @@ class Engine:
         faces = len(tracked.faces)
         if on_frame is not None:
             on_frame(1, faces)
-        return Summary(output, 1, faces, int(faces > 0), time.perf_counter() - start)
+        return Summary(output, 1, faces, int(faces > 0), time.perf_counter() - start, startup=self._take_startup(),
+                       first_frame_at=time.perf_counter())

@@ -72,6 +72,7 @@ class PipelineResult:
     seconds: float
     busy: dict[str, float]
     truncated: str  # why the video ended before the container said it would, or ""
+    first_frame_at: float | None  # time.perf_counter() when the first frame was written (None: no frame)
 
 
 class _Tasks:
@@ -189,6 +190,7 @@ class Pipeline:
         self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.slots = threading.Semaphore(frames_in_flight(len(workers), batch_frames, tracker.lookahead))
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
+        self.first_frame_at: float | None = None
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
         self.start_frame = start_frame * self.pictures_per_frame
@@ -407,6 +409,8 @@ class Pipeline:
                 t0 = time.perf_counter()
                 self.writer.write(source, restored)
                 self.clock.add("encode", time.perf_counter() - t0)
+                if self.first_frame_at is None:
+                    self.first_frame_at = time.perf_counter()
                 self.counts["frames"] += 1
                 self.counts["faces"] += faces
                 self.counts["with_faces"] += bool(faces)
@@ -449,7 +453,7 @@ class Pipeline:
             self.tracks.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
                               self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy),
-                              self.report.truncated)
+                              self.report.truncated, self.first_frame_at)
 
     def _shut_down(self, threads: list[threading.Thread]) -> None:
         """Stop every stage and wait for it, even through another Ctrl-C, before the files go:

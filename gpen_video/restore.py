@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import av
 import numpy as np
@@ -31,6 +33,7 @@ from .options import RestoreOptions
 from .transfer import Pending, to_device, to_host
 from .video.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
 from .video.decode import OnDevice, SourceFrame
+from .weights import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,14 @@ class Restored:
 
 FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
 _TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
+
+
+def compile_cache() -> Path:
+    """Where torch.compile keeps what it makes (Inductor's FX graphs, AOT graphs, Triton kernels):
+    under ``$GPEN_VIDEO_HOME``, so that the next process on this machine starts warm (Inductor's
+    default, ``/tmp/torchinductor_USER``, goes with a reboot); a TORCHINDUCTOR_CACHE_DIR the user
+    set wins. Set for this process by the first worker that compiles."""
+    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "torch-compile")
 
 
 def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:
@@ -83,16 +94,18 @@ def _of_group(batch: torch.Tensor, group: list[int], groups: list[list[int]]) ->
 class DeviceWorker:
     """Detector, GPEN and compositor living on one device."""
 
-    def __init__(self, state_dict: dict[str, torch.Tensor], options: RestoreOptions, device: str) -> None:
+    def __init__(self, state_dict: dict[str, torch.Tensor], options: RestoreOptions, device: str,
+                 compiled: bool = False) -> None:
         self.options = options
         self.device = torch.device(device)
-        self.compiled = options.compiles_on(device)
+        self.compiled = compiled and self.device.type == "cuda"  # torch.compile + CUDA graphs: GPUs only
         model = build_inference_model(state_dict, device=self.device, precision=options.precision_on(device))
         self.crop_size = model.config.size
         self.face_batch = options.batch_size  # faces per GPEN call; halved for good on out-of-memory
         self.out_of_memory = 0  # times the batch was halved
         self.model: Callable[[torch.Tensor], torch.Tensor] = model
         if self.compiled:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache())
             self.model = GraphedModel(torch.compile(model, fullgraph=True, dynamic=False))
             # Compile and capture now, in the caller's thread: workers must not compile concurrently
             # (dynamo is not thread-safe), and the 30-odd seconds belong before the first frame.

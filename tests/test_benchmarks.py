@@ -60,6 +60,14 @@ def test_batch_bench_smoke(tmp_path, golden):
     assert numbers["separate_over_batch"] == round(numbers["separate_mean_s"] * 3 / numbers["batch_s"], 2)
 
 
+def test_startup_bench_smoke(tmp_path, golden):
+    numbers = _smoke("startup_bench.py", tmp_path, golden)
+    assert numbers["import_s"] > 0
+    for variant in ("eager", "compiled-cold", "compiled-warm"):
+        row = numbers[variant]
+        assert 0 < row["first_frame_s"] < row["wall_s"] and row["weights"] > 0 and row["workers"] > 0, variant
+
+
 def test_trace_pipeline_smoke(tmp_path, golden):
     """Every labelled step is caught on the worker thread, where the profiler must see it."""
     from .conftest import shared_file

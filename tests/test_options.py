@@ -24,8 +24,7 @@ def _other_value(owner: type, spec: dataclasses.Field):
     default, kind = spec.default, value_type(owner, spec)
     choices = spec.metadata["choices"]
     if kind is bool:
-        value = not default if default is not None else False
-        return value, []
+        return not default, []
     if choices:
         value = next(c for c in choices if c != default)
     elif typing.get_origin(kind) is tuple:

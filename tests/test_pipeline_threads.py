@@ -38,7 +38,7 @@ def _options(weights: Path) -> dict:
 def _worker(weights: Path, device: str) -> DeviceWorker:
     """A device worker with the GPEN ``weights`` and the reference RetinaFace-mobile."""
     state_dict, _ = load_gpen_weights(weights=weights)
-    options = RestoreOptions(precision="fp32", compile=False, detector="retinaface-mobile",
+    options = RestoreOptions(precision="fp32", compile="off", detector="retinaface-mobile",
                              detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth"))
     return DeviceWorker(state_dict, options, device)
 

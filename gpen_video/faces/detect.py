@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
@@ -202,6 +201,8 @@ class FaceDetector:
     def _kept(self, boxes: torch.Tensor, points: torch.Tensor, scores: torch.Tensor) -> list[Face]:
         """One frame's faces from its boxes over the threshold (on the host): the non-maximum
         suppression's survivors, best score first, then the size and count limits."""
+        import torchvision  # here, not at the top: importing it takes seconds (torch._dynamo with it)
+
         faces: list[Face] = []
         for k in torchvision.ops.nms(boxes, scores, self.nms_threshold).tolist():
             face = Face(boxes[k].numpy().astype(np.float64), float(scores[k]),

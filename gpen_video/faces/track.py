@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from .detect import Face
 from .smooth import gaussian_weights, local_linear, window_radius
@@ -265,6 +264,8 @@ class FaceTracker:
         distance = shift / (np.array([face_scale(f) for f in last]) * frames_apart)[:, None]
         allowed = (distance <= self.max_distance) & (iou >= self.min_iou)
         cost = np.where(allowed, distance + 1.0 - iou, 1e6)
+        from scipy.optimize import linear_sum_assignment  # here: SciPy's import takes most of a second
+
         rows, cols = linear_sum_assignment(cost)
         return [(c, self._tracks[r]) for r, c in zip(rows, cols) if allowed[r, c]]
 

@@ -1,0 +1,76 @@
+"""Where a short job's seconds go: ``gpen-video`` on a 31-frame 640x480 clip, from process start.
+
+Variants, each a fresh process as a user starts it:
+
+- ``eager``: ``--compile off``;
+- ``compiled-cold``: ``--compile on`` with an empty compile cache (a fresh ``GPEN_VIDEO_HOME``);
+- ``compiled-warm``: ``--compile on`` again, with the cache the cold run left.
+
+For each: the process's wall time, when its first restored frame was written (from the CLI's own
+summary line) and what the engine's start took (weights, workers). Also the seconds that
+``import gpen_video.engine`` takes in a fresh process.
+
+    python benchmarks/startup_bench.py --weights G.pth --detector-weights R.pth
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipeline_bench import SHARED, build_clip
+
+SOURCE = "talking_head_speech_retalking2.mp4"
+_FIRST = re.compile(r"first frame written ([\d.]+) s after the start(?: \(of which (.*)\))?")
+
+
+def run_cli(clip: Path, out: Path, home: Path, flags: list[str]) -> dict:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "gpen_video.cli", str(clip), str(out), "--overwrite", *flags],
+                          env={**os.environ, "GPEN_VIDEO_HOME": str(home)}, capture_output=True, text=True,
+                          check=True)
+    wall = time.perf_counter() - start
+    found = _FIRST.search(done.stderr)
+    parts = {}
+    if found and found.group(2):
+        for part in found.group(2).split(", "):  # "weights 1.6 s", "workers (compiling) 21.0 s"
+            name, seconds, _ = part.rsplit(" ", 2)
+            parts[name] = float(seconds)
+    return {"wall_s": round(wall, 2), "first_frame_s": float(found.group(1)) if found else None, **parts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--detector-weights", required=True)
+    ap.add_argument("--frames", type=int, default=31)
+    ap.add_argument("--json", help="also write the numbers to this file")
+    ap.add_argument("--smoke", action="store_true", help="CPU, a few frames: checks the harness")
+    args = ap.parse_args()
+    frames = 4 if args.smoke else args.frames
+    flags = ["--weights", args.weights, "--detector", "retinaface-mobile", "--detector-weights",
+             args.detector_weights, *(["--device", "cpu"] if args.smoke else [])]
+    rows: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        clip = build_clip(SHARED / SOURCE, tmp / "clip.mp4", frames / 25, (640, 480))
+        code = "import time; t = time.perf_counter(); import gpen_video.engine; print(time.perf_counter() - t)"
+        rows["import_s"] = round(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                      check=True).stdout), 2)
+        rows["eager"] = run_cli(clip, tmp / "eager.mp4", tmp / "home-eager", [*flags, "--compile", "off"])
+        rows["compiled-cold"] = run_cli(clip, tmp / "cold.mp4", tmp / "home", [*flags, "--compile", "on"])
+        rows["compiled-warm"] = run_cli(clip, tmp / "warm.mp4", tmp / "home", [*flags, "--compile", "on"])
+    print(json.dumps(rows, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
