@@ -297,7 +297,8 @@ def test_out_of_memory_halves_the_batch_and_loses_no_face(small_gpen, tmp_path, 
 
 
 def _gpu_options(weights: Path) -> dict:
-    return {k: v for k, v in _options(weights).items() if k != "device"}
+    """The long-job GPU path: compiled (``--compile auto`` would run these short clips eager)."""
+    return {**{k: v for k, v in _options(weights).items() if k != "device"}, "compile": "on"}
 
 
 @pytest.mark.gpu

@@ -304,7 +304,8 @@ def test_interlaced_fields_are_restored_apart_and_woven_back(small_gpen, tmp_pat
     own lines are written back: every line of a field changes only inside the paste regions of
     that field's faces, and a field after a cut to a shot without faces stays bit-exact, though
     the other field of its frame holds a face. Lossless FFV1, so every sample can be compared. On a
-    GPU too, where the fields of a batch are converted in two groups and detected as one batch."""
+    GPU too (eager, as a short clip runs), where a batch's fields are converted in two groups and
+    detected as one batch."""
     src = corpus.interlaced(tmp_path / "in.mp4", top_first)
     out = tmp_path / "out.mkv"
     run = gpen_video(small_gpen, src, out, "--codec", "ffv1", "--tracks-out", tmp_path / "fields.json",
