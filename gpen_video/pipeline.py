@@ -28,10 +28,23 @@ import av
 import numpy as np
 import torch
 
-from .faces.detect import box_size
 from .faces.track import FaceTracker, TrackedFrame
 from .faces.tracks_file import TracksWriter
-from .restore import DeviceWorker, Restored, stage_planes
+from .messages import (
+    DecodingDone,
+    DetectBatch,
+    Detected,
+    EncoderInput,
+    RestoreBatch,
+    Restored,
+    ToEncode,
+    TrackerInput,
+    TrackingDone,
+    Worker,
+    WorkersDone,
+    WorkerTask,
+)
+from .restore import stage_planes
 from .transfer import Pending
 from .video.decode import DecodeReport, SourceFrame, demux
 from .video.encode import VideoWriter
@@ -83,18 +96,16 @@ class _Tasks:
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
         self.ready = threading.Condition()
-        self.detect: deque[list[SourceFrame]] = deque()
-        self.restore: defaultdict[torch.device | None, deque[list]] = defaultdict(deque)
+        self.detect: deque[DetectBatch] = deque()
+        self.restore: defaultdict[torch.device | None, deque[RestoreBatch]] = defaultdict(deque)
         self.closed = False  # no more work: workers exit once their queues are empty
 
-    def put_detect(self, frames: list[SourceFrame]) -> None:
+    def put(self, task: DetectBatch | RestoreBatch) -> None:
         with self.ready:
-            self.detect.append(frames)
-            self.ready.notify_all()
-
-    def put_restore(self, device: torch.device | None, pairs: list) -> None:
-        with self.ready:
-            self.restore[device].append(pairs)
+            if isinstance(task, DetectBatch):
+                self.detect.append(task)
+            else:
+                self.restore[task.device].append(task)
             self.ready.notify_all()
 
     def close(self) -> None:
@@ -102,19 +113,17 @@ class _Tasks:
             self.closed = True
             self.ready.notify_all()
 
-    def take(self, device: torch.device, wait: bool) -> tuple[str, Any] | None:
-        """The next ("restore" | "detect" | "exit", payload) for a worker on ``device``; without
-        ``wait``, None when there is none yet."""
+    def take(self, device: torch.device, wait: bool) -> WorkerTask | None:
+        """The next task for a worker on ``device``; without ``wait``, None when there is none yet."""
         with self.ready:
             while True:
                 if self.stop.is_set():
                     raise Stopped
-                for kind, waiting in (("restore", self.restore[device]), ("restore", self.restore[None]),
-                                      ("detect", self.detect)):
+                for waiting in (self.restore[device], self.restore[None], self.detect):
                     if waiting:
-                        return kind, waiting.popleft()
+                        return waiting.popleft()
                 if self.closed:
-                    return "exit", None
+                    return WorkersDone()
                 if not wait:
                     return None
                 self.ready.wait(timeout=_POLL)
@@ -163,7 +172,7 @@ class Pipeline:
     """Runs one video through the stages; :meth:`run` returns when the output is complete."""
 
     def __init__(self, container: av.container.InputContainer, writer: VideoWriter | SegmentedWriter,
-                 workers: list[DeviceWorker], tracker: FaceTracker, batch_frames: int,
+                 workers: list[Worker], tracker: FaceTracker, batch_frames: int,
                  tracks: TracksWriter | None = None, on_frame: Callable[[int, int], None] | None = None,
                  start_frame: int = 0, allow_truncated: bool = False, truncated: str = "",
                  fields: FieldOrder | None = None, fps: float = 25.0) -> None:
@@ -179,15 +188,15 @@ class Pipeline:
         self.workers = workers
         self.tracker = tracker
         self.batch = batch_frames
-        self.face_batch = workers[0].options.batch_size  # GPEN's batch, which restoration batches are cut to fill
+        self.face_batch = workers[0].face_batch  # GPEN's batch, which restoration batches are cut to fill
         self.tracks = tracks
         self.on_frame = on_frame or (lambda frames, faces: None)
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.clock = StageClock()
         self.tasks = _Tasks(self.stop)
-        self.detected: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("batch", (frames, faces)) | ("end", count)
-        self.to_encode: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.detected: queue.Queue[TrackerInput] = queue.Queue()
+        self.to_encode: queue.Queue[EncoderInput | av.Packet] = queue.Queue()
         self.slots = threading.Semaphore(frames_in_flight(len(workers), batch_frames, tracker.lookahead))
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
         self.first_frame_at: float | None = None
@@ -259,7 +268,7 @@ class Pipeline:
             if item is None:
                 break
             if isinstance(item, av.Packet):
-                self.to_encode.put(("packet", item))
+                self.to_encode.put(item)
                 continue
             t0 = time.perf_counter()
             pictures = [item] if self.fields is None else split_fields(item, self.fields, self.field_time)
@@ -275,13 +284,13 @@ class Pipeline:
                     self.clock.add("decode", time.perf_counter() - t0)
                 batch.append(picture)
                 if len(batch) == self.batch:
-                    self.tasks.put_detect(batch)
+                    self.tasks.put(DetectBatch(batch))
                     batch = []
         if batch:
-            self.tasks.put_detect(batch)
-        self.detected.put(("end", self.frames_decoded))
+            self.tasks.put(DetectBatch(batch))
+        self.detected.put(DecodingDone(self.frames_decoded))
 
-    def _work(self, worker: DeviceWorker) -> None:
+    def _work(self, worker: Worker) -> None:
         # Batches queued on the device, oldest first. The oldest of each kind is collected once
         # another is queued behind it, so the device always has the next one, or once there is
         # nothing else to do: a detection first, as its results become the next restorations.
@@ -296,49 +305,45 @@ class Pipeline:
                 else:
                     self._collect(worker, *restoring.popleft())
                 continue
-            kind, payload = task
-            if kind == "exit":
+            if isinstance(task, WorkersDone):
                 while restoring:
                     self._collect(worker, *restoring.popleft())
                 return
             t0 = time.perf_counter()
-            if kind == "detect":
-                detecting.append((payload, worker.queue_detect(payload)))
+            if isinstance(task, DetectBatch):
+                detecting.append((task.frames, worker.queue_detect(task.frames)))
                 self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
                 if len(detecting) >= QUEUED_DETECTIONS:
                     self._detected(worker, *detecting.popleft())
             else:
-                pairs: list[tuple[SourceFrame, TrackedFrame]] = payload
-                frames = [source for source, _ in pairs]
-                restoring.append((frames, worker.queue_restore(
-                    frames, [[(f.landmarks, box_size(f.box)) for f in tracked.faces] for _, tracked in pairs])))
+                restoring.append((task.frames, worker.queue_restore(task.frames, task.faces())))
                 self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
                 if len(restoring) >= QUEUED_RESTORATIONS:
                     self._collect(worker, *restoring.popleft())
 
-    def _detected(self, worker: DeviceWorker, frames: list[SourceFrame],
+    def _detected(self, worker: Worker, frames: list[SourceFrame],
                   pending: Pending[tuple[list, np.ndarray]]) -> None:
         t0 = time.perf_counter()
         faces, thumbnails = pending.result()
         self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
-        self.detected.put(("batch", (frames, faces, thumbnails)))
+        self.detected.put(Detected(frames, faces, thumbnails))
 
-    def _collect(self, worker: DeviceWorker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
+    def _collect(self, worker: Worker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
         t0 = time.perf_counter()
         restored = pending.result()
         self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
         for source, result in zip(frames, restored):
-            self.to_encode.put(("frame", (source, result)))
+            self.to_encode.put(ToEncode(source, result))
 
     def _track(self) -> None:
         """Puts detection batches back in order and tracks frame by frame."""
-        waiting: dict[int, tuple[list[SourceFrame], list, np.ndarray]] = {}  # detected batches by first frame
+        waiting: dict[int, Detected] = {}  # detected batches by first frame
         sources: dict[int, SourceFrame] = {}
         next_index = self.first_tracked
         batch: list[tuple[SourceFrame, TrackedFrame]] = []
 
         def send(pairs: list[tuple[SourceFrame, TrackedFrame]]) -> None:
-            self.tasks.put_restore(_device_of(pairs[0][0]), pairs)
+            self.tasks.put(RestoreBatch(_device_of(pairs[0][0]), [s for s, _ in pairs], [t for _, t in pairs]))
 
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
@@ -352,7 +357,7 @@ class Pipeline:
                 if self.tracks is not None:
                     self.tracks.add(tracked, source.field.parity if source.field is not None else None)
                 if not tracked.faces:
-                    self.to_encode.put(("frame", (source, None)))
+                    self.to_encode.put(ToEncode(source, None))
                 elif batch and _device_of(source) != _device_of(batch[0][0]):  # one batch, one device
                     send(batch)
                     batch = [(source, tracked)]
@@ -370,23 +375,23 @@ class Pipeline:
 
         total: int | None = None
         while total is None or next_index < total:
-            kind, payload = self._get(self.detected)
-            if kind == "end":
-                total = payload
+            message = self._get(self.detected)
+            if isinstance(message, DecodingDone):
+                total = message.pictures
                 continue
-            waiting[payload[0][0].index] = payload
+            waiting[message.frames[0].index] = message
             while next_index in waiting:
-                frames, faces, thumbnails = waiting.pop(next_index)
+                batch_in = waiting.pop(next_index)
                 t0 = time.perf_counter()
-                for source, found, thumbnail in zip(frames, faces, thumbnails):
+                for source, found, thumbnail in zip(batch_in.frames, batch_in.faces, batch_in.thumbnails):
                     sources[source.index] = source
                     emit(self.tracker.push(source.index, source.time, found, thumbnail))
                 self.clock.add("track", time.perf_counter() - t0)
-                next_index = frames[-1].index + 1
+                next_index = batch_in.frames[-1].index + 1
         emit(self.tracker.flush())
         if batch:
             send(batch)
-        self.to_encode.put(("end", next_index))
+        self.to_encode.put(TrackingDone(next_index))
 
     def _encode(self) -> None:
         pending: dict[int, Picture] = {}  # by picture index
@@ -394,14 +399,14 @@ class Pipeline:
         total: int | None = None
         step = self.pictures_per_frame
         while total is None or next_index < total:
-            kind, payload = self._get(self.to_encode)
-            if kind == "packet":
-                self.writer.write_packet(payload)
+            message = self._get(self.to_encode)
+            if isinstance(message, av.Packet):
+                self.writer.write_packet(message)
                 continue
-            if kind == "end":
-                total = payload
+            if isinstance(message, TrackingDone):
+                total = message.pictures
             else:
-                source, result = payload
+                source, result = message.source, message.result
                 pending[source.index] = (source, result.frame, result.faces) if result else (source, None, 0)
             while all(i in pending for i in range(next_index, next_index + step)):
                 pictures = [pending.pop(i) for i in range(next_index, next_index + step)]

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import av
@@ -27,6 +26,7 @@ from .compose import Compositor
 from .faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from .faces.detect import Face, FaceDetector
 from .faces.track import gray_thumbnails, thumbnail_means
+from .messages import FaceSpec, Restored
 from .model import build_inference_model
 from .model.graphs import GraphedModel, padded
 from .options import RestoreOptions
@@ -38,15 +38,6 @@ from .weights import cache_dir
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Restored:
-    """A frame after restoration, ready for the encoder: the decoded samples wherever no face reached."""
-
-    frame: av.VideoFrame
-    faces: int
-
-
-FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
 _TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
 
 

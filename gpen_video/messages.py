@@ -1,0 +1,113 @@
+"""What the pipeline's stages hand each other, and what a worker must do: data-only messages and
+one worker interface. The thread worker (:class:`~.restore.DeviceWorker`) implements it today;
+a process per GPU, a GPU decoder's worker or a Ray actor can implement it without touching the
+pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import torch
+
+from .faces.detect import Face, box_size
+
+if TYPE_CHECKING:
+    import av
+
+    from .faces.track import TrackedFrame
+    from .transfer import Pending
+    from .video.decode import SourceFrame
+
+FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
+
+
+@dataclass
+class Restored:
+    """A frame after restoration, ready for the encoder: the decoded samples wherever no face reached."""
+
+    frame: av.VideoFrame
+    faces: int
+
+
+class Worker(Protocol):
+    """A device's detector and restorer, as the pipeline uses it: work is queued and returns at
+    once, its result collected later (:class:`~.transfer.Pending`)."""
+
+    device: torch.device
+    face_batch: int  # faces per GPEN call now (lowered after running out of memory)
+    out_of_memory: int  # times the GPEN batch was lowered
+
+    def capture_detection(self, frames: int, height: int, width: int) -> None: ...
+
+    def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]: ...
+
+    def queue_restore(self, frames: Sequence[SourceFrame],
+                      faces: Sequence[Sequence[FaceSpec]]) -> Pending[list[Restored]]: ...
+
+
+# ---- decode -> workers -> tracker -------------------------------------------------------------
+
+@dataclass
+class DetectBatch:
+    """Frames for any worker to detect faces in."""
+
+    frames: list[SourceFrame]
+
+
+@dataclass
+class Detected:
+    """A detected batch, back to the tracker: each frame's faces and scene thumbnail."""
+
+    frames: list[SourceFrame]
+    faces: list[list[Face]]
+    thumbnails: np.ndarray
+
+
+@dataclass
+class DecodingDone:
+    """The decoder's last word: how many pictures it decoded (fields of interlaced video count)."""
+
+    pictures: int
+
+
+# ---- tracker -> workers -> encoder ------------------------------------------------------------
+
+@dataclass
+class RestoreBatch:
+    """Tracked frames with faces, for a worker of the device that holds them (any when None)."""
+
+    device: torch.device | None
+    frames: list[SourceFrame]
+    tracked: list[TrackedFrame]
+
+    def faces(self) -> list[list[FaceSpec]]:
+        """Each frame's faces as the worker restores them."""
+        return [[(f.landmarks, box_size(f.box)) for f in t.faces] for t in self.tracked]
+
+
+@dataclass
+class WorkersDone:
+    """No more work will come: a worker finishes what it holds and stops."""
+
+
+@dataclass
+class ToEncode:
+    """A picture for the encoder, restored (``result``) or as decoded (None)."""
+
+    source: SourceFrame
+    result: Restored | None
+
+
+@dataclass
+class TrackingDone:
+    """The tracker's last word: the pictures up to which the encoder has everything."""
+
+    pictures: int
+
+
+WorkerTask = DetectBatch | RestoreBatch | WorkersDone
+TrackerInput = Detected | DecodingDone
+EncoderInput = ToEncode | TrackingDone  # and av.Packet: another stream's packet, muxed as it is
