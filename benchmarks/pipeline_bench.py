@@ -91,7 +91,7 @@ def transcode_fps(src: Path, dst: Path, settings: RestoreOptions, planes: bool =
     def decode() -> None:
         for item in demux(container, writer.copied_streams):
             if staged and isinstance(item, SourceFrame):
-                item.staged = stage_planes(item.frame, pinned=torch.cuda.is_available())
+                item.buffers.stage(stage_planes(item.frame, pinned=torch.cuda.is_available()))
             items.put(item)
         items.put(None)
 

@@ -164,10 +164,6 @@ def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:
     return per_worker * (workers + 1) + lookahead + batch_frames
 
 
-def _device_of(frame: SourceFrame) -> torch.device | None:
-    return frame.on_device.rgb.device if frame.on_device is not None else None
-
-
 class Pipeline:
     """Runs one video through the stages; :meth:`run` returns when the output is complete."""
 
@@ -280,7 +276,7 @@ class Pipeline:
                 self._acquire_slot()
                 if self.stage_for_gpu:
                     t0 = time.perf_counter()
-                    picture.staged = stage_planes(picture.frame, pinned=True)
+                    picture.buffers.stage(stage_planes(picture.frame, pinned=True))
                     self.clock.add("decode", time.perf_counter() - t0)
                 batch.append(picture)
                 if len(batch) == self.batch:
@@ -343,14 +339,14 @@ class Pipeline:
         batch: list[tuple[SourceFrame, TrackedFrame]] = []
 
         def send(pairs: list[tuple[SourceFrame, TrackedFrame]]) -> None:
-            self.tasks.put(RestoreBatch(_device_of(pairs[0][0]), [s for s, _ in pairs], [t for _, t in pairs]))
+            self.tasks.put(RestoreBatch(pairs[0][0].buffers.device, [s for s, _ in pairs], [t for _, t in pairs]))
 
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
             for tracked in done:
                 source = sources.pop(tracked.index)
                 if tracked.index < self.start_frame or not tracked.faces:
-                    source.on_device = None
+                    source.buffers.release()
                 if tracked.index < self.start_frame:  # context for a resumed job, encoded before
                     self.slots.release()
                     continue
@@ -358,7 +354,7 @@ class Pipeline:
                     self.tracks.add(tracked, source.field.parity if source.field is not None else None)
                 if not tracked.faces:
                     self.to_encode.put(ToEncode(source, None))
-                elif batch and _device_of(source) != _device_of(batch[0][0]):  # one batch, one device
+                elif batch and source.buffers.device != batch[0][0].buffers.device:  # one batch, one device
                     send(batch)
                     batch = [(source, tracked)]
                 else:

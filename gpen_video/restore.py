@@ -32,7 +32,7 @@ from .model.graphs import GraphedModel, padded
 from .options import RestoreOptions
 from .transfer import Pending, to_device, to_host
 from .video.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
-from .video.decode import OnDevice, SourceFrame
+from .video.decode import SourceFrame
 from .weights import cache_dir
 
 log = logging.getLogger(__name__)
@@ -128,9 +128,8 @@ class DeviceWorker:
         """The frames' planes on the device, (N, h, w) per plane: from the buffers the decoder
         staged (staged here if it did not), one asynchronous copy per frame on a GPU."""
         pinned = self.device.type == "cuda"
-        staged = [f.staged if f.staged is not None else stage_planes(f.frame, pinned) for f in frames]
-        for frame in frames:
-            frame.staged = None
+        staged = [f.buffers.take_staged() for f in frames]
+        staged = [s if s is not None else stage_planes(f.frame, pinned) for s, f in zip(staged, frames)]
         if pinned:
             batch = torch.empty((len(staged), len(staged[0])), dtype=staged[0].dtype, device=self.device)
             for row, buffer in zip(batch, staged):
@@ -143,20 +142,18 @@ class DeviceWorker:
         """The frames' planes on this device, (N, h, w) per plane, and their upright RGB (N, 3, H, W)
         float: those kept since detection when all of them are here (copied on the device), else
         uploaded and converted again. The frames let go of them."""
-        kept = [f.on_device for f in frames]
-        for frame in frames:
-            frame.on_device = None
-        if any(k is None or k.rgb.device != self.device for k in kept):
+        kept = [f.buffers.take_kept() for f in frames]
+        if any(k is None or k[1].device != self.device for k in kept):
             planes = self._upload(frames)
             return planes, frames[0].layout.to_rgb(planes)
         if self.detect_stream is not None:
             # Allocated on the detection stream: their memory must not be reused there before this
             # stream has read them (the upload itself finished before the detection's results came
             # back, which the tracker needed to send this restoration).
-            for tensor in (t for k in kept for t in (*k.planes, k.rgb)):
+            for tensor in (t for planes, rgb in kept for t in (*planes, rgb)):
                 tensor.record_stream(torch.cuda.current_stream(self.device))
-        planes = [torch.stack(plane) for plane in zip(*(k.planes for k in kept))]
-        return planes, torch.stack([k.rgb for k in kept]).float()
+        planes = [torch.stack(plane) for plane in zip(*(planes for planes, _ in kept))]
+        return planes, torch.stack([rgb for _, rgb in kept]).float()
 
     def _download(self, planes: list[torch.Tensor]) -> torch.Tensor:
         """(N, h, w) planes packed as an upload is (N, total), and copied to the host in one piece
@@ -179,7 +176,7 @@ class DeviceWorker:
                 rgb = members[0].layout.to_rgb(planes)
                 kept = rgb.to(torch.uint8)
                 for i, frame in enumerate(members):
-                    frame.on_device = OnDevice([p[i] for p in planes], kept[i])
+                    frame.buffers.keep([p[i] for p in planes], kept[i])
                 rgbs.append(rgb)
             rgb = _in_order(rgbs, _groups(frames))
             found = self.detector.queue_rgb(rgb)

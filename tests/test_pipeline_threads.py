@@ -68,11 +68,11 @@ def test_frames_kept_on_the_device_since_detection_restore_as_a_fresh_upload_doe
     worker = _worker(small_gpen, device)
     kept, fresh = list(read_frames(SAMPLE, limit=3)), list(read_frames(SAMPLE, limit=3))
     found, _ = worker.detect(kept)
-    assert all(f.on_device is not None for f in kept)
+    assert all(f.buffers.state == "kept" for f in kept)
     faces = [[(face.landmarks, box_size(face.box)) for face in fs] for fs in found]
     assert sum(map(len, faces)) == 3
     a, b = worker.restore(kept, faces), worker.restore(fresh, faces)
-    assert all(f.on_device is None for f in kept)  # let go once restored
+    assert all(f.buffers.state == "released" and f.buffers.device is None for f in kept)  # let go once restored
     assert [r.faces for r in a] == [1, 1, 1]
     assert all(np.array_equal(x, y)
                for ra, rb in zip(a, b) for x, y in zip(frame_planes(ra.frame), frame_planes(rb.frame)))
@@ -117,7 +117,7 @@ def test_queuing_a_detection_never_waits_for_the_gpu(small_gpen):
     for faces, reference in zip(found, expected):
         np.testing.assert_array_equal([f.box for f in faces], [f.box for f in reference])
     np.testing.assert_array_equal(thumbnails, expected_thumbnails)
-    assert all(f.on_device is not None for f in frames)  # kept for their restoration
+    assert all(f.buffers.device == torch.device("cuda", 0) for f in frames)  # kept for their restoration
 
 
 @pytest.mark.parametrize("pix_fmt", ["yuv420p", "yuv422p10le", "yuv444p"])

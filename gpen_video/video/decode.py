@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -27,14 +27,59 @@ class InputError(RuntimeError):
     """The input cannot be read as a video (or image). The message is one line."""
 
 
-@dataclass
-class OnDevice:
-    """A frame as the device that detected it holds it until restoration, so that it crosses to
-    the device and is converted to RGB once: its planes (h, w), and its upright RGB (3, H, W) uint8
-    (whole levels, so nothing is lost)."""
+class FrameBuffers:
+    """A picture's copies beside its decoded frame, with one lifecycle, each step taken by one stage:
 
-    planes: list[torch.Tensor]
-    rgb: torch.Tensor
+    - ``decoded``: none yet;
+    - ``staged``: its planes packed into one pinned host buffer by the decode thread, for a GPU
+      worker's single asynchronous upload (restore.stage_planes);
+    - ``uploaded``: taken by the worker that detects it;
+    - ``kept``: its planes (h, w) and upright RGB (3, H, W, uint8 whole levels) kept on that
+      worker's device until restoration, so it crosses to the device and converts to RGB once;
+    - ``released``: restored, or found to hold no face to restore.
+
+    A step out of order raises: no two stages ever hold the same buffers."""
+
+    def __init__(self) -> None:
+        self.state = "decoded"
+        self._host: torch.Tensor | None = None
+        self._kept: tuple[list[torch.Tensor], torch.Tensor] | None = None
+
+    def _step(self, allowed: tuple[str, ...], to: str) -> None:
+        if self.state not in allowed:
+            raise RuntimeError(f"frame buffers: cannot go from {self.state} to {to}")
+        self.state = to
+
+    def stage(self, host: torch.Tensor) -> None:
+        self._step(("decoded",), "staged")
+        self._host = host
+
+    def take_staged(self) -> torch.Tensor | None:
+        """The staged host buffer for an upload, or None (never staged, or kept and let go)."""
+        if self.state in ("decoded", "staged"):
+            self.state = "uploaded"
+        host, self._host = self._host, None
+        return host
+
+    def keep(self, planes: list[torch.Tensor], rgb: torch.Tensor) -> None:
+        self._step(("uploaded",), "kept")
+        self._kept = planes, rgb
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device that keeps the picture, if one does."""
+        return self._kept[1].device if self._kept is not None else None
+
+    def take_kept(self) -> tuple[list[torch.Tensor], torch.Tensor] | None:
+        """The kept planes and RGB, for the restoration (None when not kept); the picture lets go of them."""
+        kept, self._kept = self._kept, None
+        self.state = "released"
+        return kept
+
+    def release(self) -> None:
+        """Nothing of this picture will be restored: its buffers go."""
+        self._host = self._kept = None
+        self.state = "released"
 
 
 @dataclass
@@ -47,11 +92,7 @@ class SourceFrame:
     #: "" for a clean frame; "corrupt" if the decoder concealed errors in it; "repeated" if its
     #: packet could not be decoded and the previous frame stands in, at this frame's time.
     damage: str = ""
-    #: Its planes packed into one pinned host buffer by the decode thread, ready for a GPU
-    #: worker's asynchronous upload (restore.stage_planes); None once uploaded.
-    staged: torch.Tensor | None = None
-    #: Kept on the device that detected it; None once restored or when it has no face to restore.
-    on_device: OnDevice | None = None
+    buffers: FrameBuffers = field(default_factory=FrameBuffers)  # its copies in pinned and device memory
     field: FieldOf | None = None  # set for a field of an interlaced frame (fields.split_fields)
 
     @property

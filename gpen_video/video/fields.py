@@ -98,12 +98,15 @@ def weave(whole: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFra
 
 def split_fields(source: SourceFrame, order: FieldOrder, field_time: float) -> list[SourceFrame]:
     """The two field pictures of a decoded frame, in the order they were taken, numbered on from
-    twice the frame's index; ``field_time`` is the time between them."""
+    twice the frame's index; ``field_time`` is the time between them. Each has buffers of its own."""
+    from .decode import FrameBuffers  # decode imports this module
+
     pictures = []
     for n, parity in enumerate(order.parities):
         layout = dataclasses.replace(source.layout, field=FieldLines(parity, source.frame.height))
         pictures.append(dataclasses.replace(source, index=2 * source.index + n, frame=field_frame(source.frame, parity),
-                                            layout=layout, field=FieldOf(source, parity, n * field_time)))
+                                            layout=layout, buffers=FrameBuffers(),
+                                            field=FieldOf(source, parity, n * field_time)))
     return pictures
 
 
