@@ -61,9 +61,5 @@ def restore_many(inputs: list[str | Path], output_dir: str | Path, options: Rest
     engine: the weights load and the workers compile once. A file that fails has its error in its
     :class:`JobResult` and no output; the others are restored."""
     batch = BatchOptions(recursive=recursive, skip_existing=skip_existing, **({"name": name} if name else {}))
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if tracks_out:
-        Path(tracks_out).mkdir(parents=True, exist_ok=True)
-    return _restore_many(Engine(_options(options, changes), progress), [Path(p) for p in inputs], output_dir,
+    return _restore_many(Engine(_options(options, changes), progress), [Path(p) for p in inputs], Path(output_dir),
                          batch, _job(overwrite, resume, segment_frames, tracks_out), progress)

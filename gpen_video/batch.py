@@ -98,6 +98,9 @@ def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch
             frames[source] = 1 if source.suffix.lower() in IMAGE_EXTENSIONS else probe(source).frames or 0
         except Exception:
             frames[source] = 0
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if job.tracks_out is not None:
+        job.tracks_out.mkdir(parents=True, exist_ok=True)
     engine.planned_frames = sum(frames.values())  # --compile auto decides on the whole batch
     bar = tqdm(total=engine.planned_frames, unit="frame", disable=not progress, dynamic_ncols=True)
     results, faces = [], [0]

@@ -150,14 +150,16 @@ def _run_batch(engine: Engine, args: argparse.Namespace, job: JobOptions, batch:
     from tqdm import tqdm
 
     from .batch import restore_many
+    from .engine import IMAGE_EXTENSIONS
     from .options import UsageError
+    from .video.encode import CONTAINERS
 
     *inputs, output_dir = args.paths
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"OUTDIR is a file, not a folder: {output_dir}")
-    if job.tracks_out is not None:
-        job.tracks_out.mkdir(parents=True, exist_ok=True)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    if not output_dir.exists() and output_dir.suffix.lower() in {*CONTAINERS, *IMAGE_EXTENSIONS}:
+        raise UsageError(f"{output_dir} looks like a file, but with several inputs or a folder of them the last "
+                         f"path is the folder to write into")
     quiet = args.quiet
 
     def report(result: JobResult) -> None:

@@ -65,7 +65,7 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
     out = tmp / "out.mp4"
     return {
         "missing": ([tmp / "missing.mp4", out], "input not found"),
-        "directory": ([tmp / "adir", out], "is a directory"),
+        "directory": ([tmp / "adir", out], "looks like a file, but with several inputs or a folder of them"),
         "zero bytes": ([tmp / "empty.mp4", out], "empty file"),
         "text file": ([tmp / "notes.mp4", out], "cannot read"),
         "truncated mp4": ([tmp / "truncated.mp4", out], "cannot read"),
@@ -78,9 +78,10 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
         "not a gpen checkpoint": ([SAMPLE, out, "--weights", not_gpen], "not a GPEN checkpoint"),
         "truncated checkpoint": ([SAMPLE, out, "--weights", cut], "truncated or corrupt"),
         "missing gpu": ([SAMPLE, out, "--gpus", "7"], "GPU 7 does not exist"),
-        "zero batch": ([SAMPLE, out, "--batch-size", "0"], "batch size must be a positive integer"),
-        "strength above 1": ([SAMPLE, out, "--strength", "1.5"], "strength must be in [0, 1]"),
-        "negative encoder threads": ([SAMPLE, out, "--encoder-threads", "-1"], "encoder threads must be 0"),
+        "zero batch": ([SAMPLE, out, "--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
+        "strength above 1": ([SAMPLE, out, "--strength", "1.5"], "--strength must be in [0.0, 1.0], got 1.5"),
+        "negative encoder threads": ([SAMPLE, out, "--encoder-threads", "-1"],
+                                     "--encoder-threads must be at least 0, got -1"),
         "preset the codec lacks": ([SAMPLE, tmp / "out.mov", "--codec", "prores_ks", "--preset", "hq"],
                                    "prores_ks takes no --preset"),
         "crf the codec lacks": ([SAMPLE, tmp / "out.mkv", "--codec", "ffv1", "--crf", "0"], "ffv1 takes no --crf"),
