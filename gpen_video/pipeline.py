@@ -46,9 +46,9 @@ from .messages import (
 )
 from .restore import stage_planes
 from .transfer import Pending
-from .video.decode import DecodeReport, SourceFrame, demux
+from .video.decode import DecodeReport, SourceFrame, demux, split_fields
 from .video.encode import VideoWriter
-from .video.fields import FieldOrder, Picture, split_fields, woven_frame
+from .video.fields import FieldOrder, weave
 from .video.segments import SegmentedWriter
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
@@ -58,6 +58,18 @@ QUEUED_RESTORATIONS = 2
 QUEUED_DETECTIONS = 2
 #: The frame size batches are counted for (1080p); larger frames get fewer per batch.
 REFERENCE_PIXELS = 1920 * 1080
+
+
+Picture = tuple[SourceFrame, av.VideoFrame | None, int]  # a picture, its restored frame (or None), its faces
+
+
+def woven_frame(pictures: list[Picture]) -> Picture:
+    """One frame's pictures, each with its restored frame (None: untouched) and face count, as the
+    frame to encode: the decoded frame, its restored weave (None when no field changed), and its
+    faces (a face seen in both fields counts once)."""
+    whole = pictures[0][0].field.whole
+    restored = {source.field.parity: frame for source, frame, _ in pictures if frame is not None}
+    return whole, weave(whole.frame, restored) if restored else None, max(faces for _, _, faces in pictures)
 
 
 class Stopped(Exception):

@@ -5,6 +5,7 @@ other streams' packets)."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,8 +16,17 @@ import av
 import numpy as np
 import torch
 
-from .colour import Orientation, PlaneLayout, as_planar_yuv, display_matrix, frame_planes, planes_to_frame, to_rgb
-from .fields import FieldOf, FieldOrder
+from .colour import (
+    FieldLines,
+    Orientation,
+    PlaneLayout,
+    as_planar_yuv,
+    display_matrix,
+    frame_planes,
+    planes_to_frame,
+    to_rgb,
+)
+from .fields import FieldOrder, field_frame
 from .hdr import HdrMetadata
 from .streams import is_cover_art
 
@@ -82,6 +92,16 @@ class FrameBuffers:
         self.state = "released"
 
 
+@dataclass(frozen=True)
+class FieldOf:
+    """Where a field picture comes from: its decoded frame, whose lines it holds, and how long
+    after the frame's time it was taken (0 for the first field, half a frame for the second)."""
+
+    whole: SourceFrame
+    parity: int
+    delay: float
+
+
 @dataclass
 class SourceFrame:
     """One decoded video frame, or one field of an interlaced one, and where it sits in time."""
@@ -93,7 +113,7 @@ class SourceFrame:
     #: packet could not be decoded and the previous frame stands in, at this frame's time.
     damage: str = ""
     buffers: FrameBuffers = field(default_factory=FrameBuffers)  # its copies in pinned and device memory
-    field: FieldOf | None = None  # set for a field of an interlaced frame (fields.split_fields)
+    field: FieldOf | None = None  # set for a field of an interlaced frame (split_fields)
 
     @property
     def time(self) -> float:
@@ -124,6 +144,18 @@ class VideoInfo:
     @property
     def fps(self) -> float:
         return float(self.average_rate) if self.average_rate else 25.0
+
+
+def split_fields(source: SourceFrame, order: FieldOrder, field_time: float) -> list[SourceFrame]:
+    """The two field pictures of a decoded frame, in the order they were taken, numbered on from
+    twice the frame's index; ``field_time`` is the time between them. Each has buffers of its own."""
+    pictures = []
+    for n, parity in enumerate(order.parities):
+        layout = dataclasses.replace(source.layout, field=FieldLines(parity, source.frame.height))
+        pictures.append(dataclasses.replace(source, index=2 * source.index + n, frame=field_frame(source.frame, parity),
+                                            layout=layout, buffers=FrameBuffers(),
+                                            field=FieldOf(source, parity, n * field_time)))
+    return pictures
 
 
 def open_input(path: str | Path) -> av.container.InputContainer:

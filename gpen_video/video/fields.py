@@ -11,16 +11,11 @@ with the input's field order.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import av
 
-from .colour import FieldLines, copy_colour_tags, frame_planes, planes_to_frame, writable_planes
-
-if TYPE_CHECKING:
-    from .decode import SourceFrame
+from .colour import copy_colour_tags, frame_planes, planes_to_frame, writable_planes
 
 #: AVFieldOrder values: which field is stored and which is shown first.
 _PROGRESSIVE, _TT, _BB, _TB, _BT = 1, 2, 3, 4, 5
@@ -61,16 +56,6 @@ class FieldOrder:
         return (0, 1) if self.top_first else (1, 0)
 
 
-@dataclass(frozen=True)
-class FieldOf:
-    """Where a field picture comes from: its decoded frame, whose lines it holds, and how long
-    after the frame's time it was taken (0 for the first field, half a frame for the second)."""
-
-    whole: SourceFrame
-    parity: int
-    delay: float
-
-
 def field_frame(frame: av.VideoFrame, parity: int) -> av.VideoFrame:
     """The lines of one field of a planar YUV ``frame`` as a frame of their own. A 4:2:0 field's
     chroma rows are every other chroma row; where the frame has an odd number of them, the field
@@ -94,32 +79,6 @@ def weave(whole: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFra
             lines = dst[parity::2]
             lines[:] = plane[: len(lines)]
     return woven
-
-
-def split_fields(source: SourceFrame, order: FieldOrder, field_time: float) -> list[SourceFrame]:
-    """The two field pictures of a decoded frame, in the order they were taken, numbered on from
-    twice the frame's index; ``field_time`` is the time between them. Each has buffers of its own."""
-    from .decode import FrameBuffers  # decode imports this module
-
-    pictures = []
-    for n, parity in enumerate(order.parities):
-        layout = dataclasses.replace(source.layout, field=FieldLines(parity, source.frame.height))
-        pictures.append(dataclasses.replace(source, index=2 * source.index + n, frame=field_frame(source.frame, parity),
-                                            layout=layout, buffers=FrameBuffers(),
-                                            field=FieldOf(source, parity, n * field_time)))
-    return pictures
-
-
-Picture = tuple['SourceFrame', av.VideoFrame | None, int]  # a picture, its restored frame (or None), its faces
-
-
-def woven_frame(pictures: list[Picture]) -> Picture:
-    """One frame's pictures, each with its restored frame (None: untouched) and face count, as the
-    frame to encode: the decoded frame, its restored weave (None when no field changed), and its
-    faces (a face seen in both fields counts once)."""
-    whole = pictures[0][0].field.whole
-    restored = {source.field.parity: frame for source, frame, _ in pictures if frame is not None}
-    return whole, weave(whole.frame, restored) if restored else None, max(faces for _, _, faces in pictures)
 
 
 #: Encoders that code interlaced frames -> the options (x264-params / x265-params) that set their

@@ -21,8 +21,6 @@ import av
 from .decode import SourceFrame, open_input
 from .encode import OutputError, VideoWriter
 
-#: Frames per segment: about a minute at 25 fps, so a crash loses at most that much work.
-SEGMENT_FRAMES = 1500
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size
 _NONE = -(2**63)  # a missing timestamp
 
