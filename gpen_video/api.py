@@ -16,10 +16,10 @@ from typing import Any
 
 from .batch import JobResult
 from .batch import restore_many as _restore_many
-from .engine import IMAGE_EXTENSIONS, Engine, Summary
+from .engine import Engine, Summary
 from .options import BatchOptions, JobOptions, RestoreOptions, UsageError
 
-__all__ = ["IMAGE_EXTENSIONS", "BatchOptions", "Engine", "JobOptions", "JobResult", "RestoreOptions", "Summary",
+__all__ = ["BatchOptions", "Engine", "JobOptions", "JobResult", "RestoreOptions", "Summary",
            "UsageError", "restore_image", "restore_many", "restore_video"]
 
 

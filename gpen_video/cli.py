@@ -150,9 +150,9 @@ def _run_batch(engine: Engine, args: argparse.Namespace, job: JobOptions, batch:
     from tqdm import tqdm
 
     from .batch import restore_many
-    from .engine import IMAGE_EXTENSIONS
     from .options import UsageError
     from .video.encode import CONTAINERS
+    from .video.images import IMAGE_EXTENSIONS
 
     *inputs, output_dir = args.paths
     if output_dir.exists() and not output_dir.is_dir():

@@ -9,24 +9,22 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cv2
-import numpy as np
-import torch
+import av
 from tqdm import tqdm
 
-from .faces.detect import box_size
-from .faces.track import FaceTracker, track_faces
+from .faces.track import FaceTracker
 from .faces.tracks_file import TracksWriter
 from .options import JobOptions, RestoreOptions, UsageError
-from .pipeline import Pipeline, frames_per_batch
+from .pipeline import FrameSource, Pipeline, Writer, frames_per_batch
 from .restore import DeviceWorker, compile_cache
-from .video.decode import InputError, open_input, probe
-from .video.encode import CONTAINERS, OutputError, VideoWriter
-from .video.outputs import OutputClaim, partial_path
+from .video.decode import DecodeReport, InputError, SourceFrame, demux, open_input, probe
+from .video.encode import CONTAINERS, VideoWriter
+from .video.fields import FieldOrder
+from .video.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
 from .video.segments import SegmentedWriter, SegmentStore, work_dir_for
 from .weights import load_gpen_weights
 
@@ -36,7 +34,6 @@ FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on
 #: 1080p clip at 2.3x and a crowd at 5.4x the eager speed (~6.4 ms saved per face), and costs
 #: 6.4 s more start-up with a warm compile cache, 22.6 s with a cold one (BENCHMARKS.md, run AN).
 COMPILE_FROM_FRAMES = {"warm": 1000, "cold": 3500}
-IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
 @dataclass
@@ -168,14 +165,13 @@ class Engine:
                 raise InputError(f"{info.truncated}; pass --allow-truncated to restore what is there")
             log.warning("%s; restoring every frame that decodes", info.truncated)
         container = open_input(input)
+        report = DecodeReport(info.truncated)  # the cut found in the file's index, if any
         try:
             writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, self.options, job.overwrite)
-            tracks = None
             try:
                 # After the writer, which checks the encoder settings: a wrong option must not cost
                 # a download. Before --resume's work directory, which a failed download must not leave.
                 workers = self.workers(info.frames)
-                lowered = [w.out_of_memory for w in workers]
                 start_frame = 0
                 if job.resume:
                     stat = input.stat()
@@ -184,76 +180,74 @@ class Engine:
                     writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), fingerprint), input,
                                              job.segment_frames)
                     start_frame = writer.first_frame
-                batch_frames = frames_per_batch(self.options.batch_size, info.width * info.height)
-                for worker in workers:
-                    worker.capture_detection(batch_frames, info.height, info.width)
-                tracks = TracksWriter(Path(job.tracks_out)) if job.tracks_out else None
-                bar = tqdm(total=info.frames, initial=start_frame, unit="frame",
-                           disable=not self.progress or on_frame is not None, dynamic_ncols=True)
-                faces = [0]
-
-                def count(frames: int, found: int) -> None:
-                    faces[0] += found
-                    bar.update(frames)
-                    bar.set_postfix(faces=faces[0], refresh=False)
-                    if on_frame is not None:
-                        on_frame(frames, found)
-
-                pipeline = Pipeline(container, writer, workers, FaceTracker(smooth=self.options.smooth),
-                                    batch_frames=batch_frames, tracks=tracks, on_frame=count,
-                                    start_frame=start_frame, allow_truncated=self.options.allow_truncated,
-                                    truncated=info.truncated, fields=info.fields, fps=info.fps)
-                try:
-                    result = pipeline.run()
-                finally:
-                    bar.close()
             except BaseException:
                 writer.abort()
-                if tracks is not None:
-                    tracks.abort()
                 raise
+
+            def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
+                return demux(container, streams, self.options.allow_truncated, report)
+
+            summary = self._run(source, writer, workers, job, on_frame, info.frames, info.height, info.width,
+                                FaceTracker(smooth=self.options.smooth), start_frame, info.fields, info.fps)
         finally:
             container.close()
-        memory = [f"{w.device}: out of memory {w.out_of_memory - before} time(s), GPEN batch lowered to {w.face_batch}"
-                  for w, before in zip(workers, lowered) if w.out_of_memory > before]
-        return Summary(output, result.frames, result.faces, result.frames_with_faces, result.seconds, result.busy,
-                       writer.warnings + memory, result.damaged, start_frame, result.truncated, self._take_startup(),
-                       result.first_frame_at)
+        summary.resumed_at, summary.truncated = start_frame, report.truncated
+        return summary
 
     def restore_image(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
                       on_frame: FrameCallback | None = None) -> Summary:
-        """Restore the faces of one photo (EXIF orientation honoured) into another image file."""
+        """Restore the faces of one photo (EXIF orientation honoured) into another image file: a
+        one-picture job on the same pipeline, without smoothing (there is no time to smooth over)."""
         job = job or JobOptions()
         input, output = Path(input), Path(output)
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
-        if not input.is_file():
-            raise InputError(f"input not found: {input}")
-        bgr = cv2.imread(str(input), cv2.IMREAD_COLOR)  # applies the EXIF orientation
-        if bgr is None:
-            raise InputError(f"cannot read {input} as an image")
-        start = time.perf_counter()
-        claim = OutputClaim(output, job.overwrite)
-        tmp = partial_path(output)
+        picture = read_image(input)
+        writer = ImageWriter(output, job.overwrite)
         try:
-            worker = self.workers(1)[0]
-            rgb = np.ascontiguousarray(bgr[:, :, ::-1])
-            frame = torch.from_numpy(rgb).to(worker.device).permute(2, 0, 1)[None].float()
-            found = worker.detector.detect_rgb(frame)[0]
-            tracked = track_faces([(0, 0.0, found, rgb)], smooth=0)[0]
-            restored, _ = worker.restore_rgb(frame, [[(f.landmarks, box_size(f.box)) for f in tracked.faces]])
-            image = restored[0].permute(1, 2, 0).to(torch.uint8).cpu().numpy()
-            if not cv2.imwrite(str(tmp), np.ascontiguousarray(image[:, :, ::-1])):
-                raise OutputError(f"cannot write {output}")
-            claim.publish(tmp)
-        finally:
-            claim.release()
-            tmp.unlink(missing_ok=True)
-        if job.tracks_out:
-            writer = TracksWriter(Path(job.tracks_out))
-            writer.add(tracked)
-            writer.close()
-        faces = len(tracked.faces)
-        if on_frame is not None:
-            on_frame(1, faces)
-        return Summary(output, 1, faces, int(faces > 0), time.perf_counter() - start, startup=self._take_startup(),
-                       first_frame_at=time.perf_counter())
+            workers = self.workers(1)
+        except BaseException:
+            writer.abort()
+            raise
+        height, width = picture.frame.height, picture.frame.width
+        return self._run(photo_source(picture), writer, workers, job, on_frame, 1, height, width,
+                         FaceTracker(smooth=0))
+
+    def _run(self, source: FrameSource, writer: Writer, workers: list[DeviceWorker], job: JobOptions,
+             on_frame: FrameCallback | None, frames: int | None, height: int, width: int, tracker: FaceTracker,
+             start_frame: int = 0, fields: FieldOrder | None = None, fps: float = 25.0) -> Summary:
+        """One job through the pipeline, with its progress and tracks file; ``writer`` is aborted
+        on any failure, so nothing is left at OUTPUT."""
+        tracks = None
+        lowered = [w.out_of_memory for w in workers]
+        try:
+            batch_frames = frames_per_batch(self.options.batch_size, width * height)
+            for worker in workers:
+                worker.capture_detection(batch_frames, height, width)
+            tracks = TracksWriter(Path(job.tracks_out)) if job.tracks_out else None
+            bar = tqdm(total=frames, initial=start_frame, unit="frame",
+                       disable=not self.progress or on_frame is not None, dynamic_ncols=True)
+            faces = [0]
+
+            def count(done: int, found: int) -> None:
+                faces[0] += found
+                bar.update(done)
+                bar.set_postfix(faces=faces[0], refresh=False)
+                if on_frame is not None:
+                    on_frame(done, found)
+
+            pipeline = Pipeline(source, writer, workers, tracker, batch_frames=batch_frames, tracks=tracks,
+                                on_frame=count, start_frame=start_frame, fields=fields, fps=fps)
+            try:
+                result = pipeline.run()
+            finally:
+                bar.close()
+        except BaseException:
+            writer.abort()
+            if tracks is not None:
+                tracks.abort()
+            raise
+        memory = [f"{w.device}: out of memory {w.out_of_memory - before} time(s), GPEN batch lowered to {w.face_batch}"
+                  for w, before in zip(workers, lowered) if w.out_of_memory > before]
+        return Summary(writer.output, result.frames, result.faces, result.frames_with_faces, result.seconds,
+                       result.busy, writer.warnings + memory, result.damaged, startup=self._take_startup(),
+                       first_frame_at=result.first_frame_at)

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +46,10 @@ from .messages import (
 )
 from .restore import stage_planes
 from .transfer import Pending
-from .video.decode import DecodeReport, SourceFrame, demux, split_fields
+from .video.decode import SourceFrame, split_fields
 from .video.encode import VideoWriter
 from .video.fields import FieldOrder, weave
+from .video.images import ImageWriter
 from .video.segments import SegmentedWriter
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
@@ -70,6 +71,13 @@ def woven_frame(pictures: list[Picture]) -> Picture:
     whole = pictures[0][0].field.whole
     restored = {source.field.parity: frame for source, frame, _ in pictures if frame is not None}
     return whole, weave(whole.frame, restored) if restored else None, max(faces for _, _, faces in pictures)
+
+
+#: Where pictures come from: given the streams the writer takes, a generator of decoded pictures
+#: and those streams' packets, in file order (video.decode.demux; a photo; later a GPU decoder).
+#: The decode thread closes it, however the run ends.
+FrameSource = Callable[[set[int]], Generator[SourceFrame | av.Packet, None, None]]
+Writer = VideoWriter | SegmentedWriter | ImageWriter
 
 
 class Stopped(Exception):
@@ -96,7 +104,6 @@ class PipelineResult:
     damaged: int  # frames the input could not decode cleanly (see SourceFrame.damage)
     seconds: float
     busy: dict[str, float]
-    truncated: str  # why the video ended before the container said it would, or ""
     first_frame_at: float | None  # time.perf_counter() when the first frame was written (None: no frame)
 
 
@@ -179,19 +186,16 @@ def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:
 class Pipeline:
     """Runs one video through the stages; :meth:`run` returns when the output is complete."""
 
-    def __init__(self, container: av.container.InputContainer, writer: VideoWriter | SegmentedWriter,
-                 workers: list[Worker], tracker: FaceTracker, batch_frames: int,
-                 tracks: TracksWriter | None = None, on_frame: Callable[[int, int], None] | None = None,
-                 start_frame: int = 0, allow_truncated: bool = False, truncated: str = "",
+    def __init__(self, source: FrameSource, writer: Writer, workers: list[Worker], tracker: FaceTracker,
+                 batch_frames: int, tracks: TracksWriter | None = None,
+                 on_frame: Callable[[int, int], None] | None = None, start_frame: int = 0,
                  fields: FieldOrder | None = None, fps: float = 25.0) -> None:
-        self.container = container
+        self.source = source
         # An interlaced video's fields travel as pictures of their own, two per frame (video.fields);
         # every count below is of pictures, and the encoder weaves each frame's back together.
         self.fields = fields
         self.field_time = 0.5 / fps
         self.pictures_per_frame = 2 if fields is not None else 1
-        self.allow_truncated = allow_truncated
-        self.report = DecodeReport(truncated)  # the cut found in the file's index, if any
         self.writer = writer
         self.workers = workers
         self.tracker = tracker
@@ -263,8 +267,7 @@ class Pipeline:
     def _decode(self) -> None:
         # Closed here, in this thread, however it ends: a demux generator finalised later, after its
         # container is closed, would touch freed FFmpeg state.
-        with contextlib.closing(demux(self.container, self.writer.copied_streams, self.allow_truncated,
-                                      self.report)) as items:
+        with contextlib.closing(self.source(self.writer.copied_streams)) as items:
             self._decode_from(items)
 
     def _decode_from(self, items: Iterator[SourceFrame | av.Packet]) -> None:
@@ -466,7 +469,7 @@ class Pipeline:
             self.tracks.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
                               self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy),
-                              self.report.truncated, self.first_frame_at)
+                              self.first_frame_at)
 
     def _shut_down(self, threads: list[threading.Thread]) -> None:
         """Stop every stage and wait for it, even through another Ctrl-C, before the files go:

@@ -56,6 +56,9 @@ def read_rgb(relative: str):
     return cv2.cvtColor(cv2.imread(str(shared_file(f"media/images/{relative}")), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
 
 
+SMALL_GPEN_SIZE = 64  # the face size of the golden GPEN that ``small_gpen`` holds
+
+
 @pytest.fixture(scope="session")
 def small_gpen(golden, tmp_path_factory) -> Path:
     """The golden GPEN (64 px, random weights) as a checkpoint file: a real GPEN, fast on a CPU."""

@@ -24,10 +24,9 @@ from gpen_video.video.colour import frame_planes, packed_to_frame, unpack_planes
 from gpen_video.video.decode import read_frames
 from gpen_video.weights import load_gpen_weights
 
-from .conftest import assert_same_restoration, shared_file, write_clip
+from .conftest import SMALL_GPEN_SIZE, assert_same_restoration, shared_file, write_clip
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4"
-SMALL_GPEN_SIZE = 64  # the face size of the golden GPEN that ``small_gpen`` holds
 
 
 def _options(weights: Path) -> dict:

@@ -20,7 +20,7 @@ from gpen_video.video.decode import read_frames
 from gpen_video.video.hdr import HdrMetadata
 
 from . import corpus
-from .conftest import decoded_planes, paste_region, plane_region, shared_file
+from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region, plane_region, shared_file
 
 
 def gpen_video(small_gpen: Path, *args, timeout: int = 300, device: str = "cpu") -> subprocess.CompletedProcess:
@@ -327,7 +327,7 @@ def test_interlaced_fields_are_restored_apart_and_woven_back(small_gpen, tmp_pat
     for k, (planes_in, planes_out) in enumerate(zip(before, after)):
         for record in records[2 * k : 2 * k + 2]:
             first_line = 0 if record["field"] == "top" else 1
-            region = paste_region(record["faces"], 64, *planes_in[0].shape)[first_line::2]
+            region = paste_region(record["faces"], SMALL_GPEN_SIZE, *planes_in[0].shape)[first_line::2]
             for plane_in, plane_out in zip(planes_in, planes_out):
                 lines_in, lines_out = plane_in[first_line::2], plane_out[first_line::2]
                 inside = plane_region(region, lines_in)

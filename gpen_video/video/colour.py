@@ -37,19 +37,23 @@ def matrix_tag(frame: av.VideoFrame) -> int:
     return _BT709 if min(frame.width, frame.height) >= 720 else _BT601
 
 
-def is_planar_yuv(fmt: av.VideoFormat) -> bool:
-    """Three planes Y, Cb, Cr of native-endian integers, and maybe a fourth of alpha: what
-    :class:`PlaneLayout` handles (alpha passes through untouched: faces change colour, not opacity)."""
+def is_planar(fmt: av.VideoFormat) -> bool:
+    """Three planes Y, Cb, Cr (or G, B, R) of native-endian integers, and maybe a fourth of alpha:
+    what :class:`PlaneLayout` handles (alpha passes through untouched: faces change colour, not opacity)."""
     components = fmt.components
     planes = [c.plane for c in components]
-    return (fmt.name.startswith("yuv") and not fmt.name.endswith("be") and planes in ([0, 1, 2], [0, 1, 2, 3])
-            and all(c.bits <= 16 for c in components) and not components[2].is_alpha)
+    native = not fmt.name.endswith("be") and all(c.bits <= 16 for c in components)
+    if fmt.name.startswith("gbr"):
+        return native and planes in ([2, 0, 1], [2, 0, 1, 3])
+    return (fmt.name.startswith("yuv") and native and planes in ([0, 1, 2], [0, 1, 2, 3])
+            and not components[2].is_alpha)
 
 
 def as_planar_yuv(frame: av.VideoFrame) -> av.VideoFrame:
-    """``frame`` itself if planar YUV, else converted on the CPU (RGB and grey sources become 4:4:4,
-    with alpha if they have it) with the frame's matrix, tagged so the conversion back uses the same one."""
-    if is_planar_yuv(frame.format):
+    """``frame`` itself if planar (YUV, or planar RGB), else converted on the CPU (packed RGB and
+    grey sources become YUV 4:4:4, with alpha if they have it) with the frame's matrix, tagged so
+    the conversion back uses the same one."""
+    if is_planar(frame.format):
         return frame
     name = frame.format.name
     deep = max(c.bits for c in frame.format.components) > 8
@@ -205,6 +209,7 @@ class PlaneLayout:
     full_range: bool
     orientation: Orientation  # from stored to upright
     field: FieldLines | None = None  # an interlaced frame's field: face work sees it line-doubled
+    rgb: bool = False  # planar RGB (G, B, R planes, as photos are read): no matrix, no subsampling
 
     @classmethod
     def of(cls, frame: av.VideoFrame, orientation: Orientation) -> PlaneLayout:
@@ -214,8 +219,8 @@ class PlaneLayout:
         chroma = av.VideoFormat(frame.format.name, 64, 64).components[1]  # an even size: odd ones round up
         shift = ((64 // chroma.height).bit_length() - 1, (64 // chroma.width).bit_length() - 1)
         kr, kb = _LUMA_WEIGHTS[matrix_tag(frame)]
-        full = frame.color_range == _FULL_RANGE or frame.format.name.startswith("yuvj")
-        return cls(luma.bits, shift, kr, kb, full, orientation)
+        full = frame.color_range == _FULL_RANGE or frame.format.name.startswith("yuvj") or frame.format.is_rgb
+        return cls(luma.bits, shift, kr, kb, full, orientation, rgb=frame.format.is_rgb)
 
     def _scale(self) -> tuple[float, float, float, float]:
         """(luma offset, luma span, chroma centre, chroma span) in sample units."""
@@ -229,6 +234,17 @@ class PlaneLayout:
         """Upright RGB (N, 3, H, W), float in [0, 255] rounded to whole levels, from (N, h, w)
         planes in stored orientation; chroma is interpolated bilinearly at the sample centres.
         A field comes out whole, as high as its frame (:meth:`FieldLines.doubled`)."""
+        if self.rgb:
+            g, b, r = (_samples(p) / (2**self.bits - 1) for p in planes[:3])
+            rgb = torch.stack([r, g, b], 1)
+        else:
+            rgb = self._yuv_to_rgb(planes)
+        if self.field is not None:
+            rgb = self.field.doubled(rgb)
+        return self.orientation.upright((rgb * 255).round_().clamp_(0, 255))
+
+    def _yuv_to_rgb(self, planes: list[torch.Tensor]) -> torch.Tensor:
+        """(N, 3, h, w) RGB in [0, 1], not yet rounded, from YUV planes."""
         luma_offset, luma_span, chroma_centre, chroma_span = self._scale()
         y = (_samples(planes[0]) - luma_offset) / luma_span
         height, width = y.shape[-2:]
@@ -240,10 +256,7 @@ class PlaneLayout:
         r = y + 2 * (1 - self.kr) * pr
         b = y + 2 * (1 - self.kb) * pb
         g = (y - self.kr * r - self.kb * b) / kg
-        rgb = torch.stack([r, g, b], 1)
-        if self.field is not None:
-            rgb = self.field.doubled(rgb)
-        return self.orientation.upright((rgb * 255).round_().clamp_(0, 255))
+        return torch.stack([r, g, b], 1)
 
     def to_planes(self, rgb: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
         """The inverse of :meth:`to_rgb`: (N, 3, H, W) upright RGB in [0, 255] -> stored-orientation
@@ -252,6 +265,10 @@ class PlaneLayout:
         rgb = self.orientation.stored(rgb)
         if self.field is not None:
             rgb = self.field.own(rgb)
+        top = 2**self.bits - 1
+        if self.rgb:
+            r, g, b = (rgb * (top / 255)).round_().clamp_(0, top).unbind(1)
+            return [p.to(torch.int32).to(dtype) for p in (g, b, r)]
         luma_offset, luma_span, chroma_centre, chroma_span = self._scale()
         r, g, b = (rgb / 255).unbind(1)
         y = self.kr * r + (1 - self.kr - self.kb) * g + self.kb * b
@@ -259,7 +276,6 @@ class PlaneLayout:
         if self.chroma_shift != (0, 0):
             kernel = (2 ** self.chroma_shift[0], 2 ** self.chroma_shift[1])
             chroma = F.avg_pool2d(chroma, kernel, ceil_mode=True)
-        top = 2**self.bits - 1
         out = [(y * luma_span + luma_offset).round_().clamp_(0, top)]
         out += list((chroma * chroma_span + chroma_centre).round_().clamp_(0, top).unbind(1))
         return [p.to(torch.int32).to(dtype) for p in out]  # through int32: 16-bit values wrap into int16

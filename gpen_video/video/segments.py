@@ -107,6 +107,7 @@ class SegmentedWriter:
         self.segment = store.complete()
         self.first_frame = self.segment * segment_frames
         self.warnings = writer.warnings
+        self.output = writer.output
         self._encoder: av.codec.context.CodecContext | None = None
         self._packets: list[av.Packet] = []
         self._frames = 0  # in the current segment
