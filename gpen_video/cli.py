@@ -128,7 +128,11 @@ def _main(argv: list[str] | None) -> int:
         summary = engine.restore(args.paths[0], args.paths[1], job)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
-        print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)
+        if is_batch(args.paths):
+            print(f"gpen-video: interrupted; the files finished before it are kept, the current one is not{kept}",
+                  file=sys.stderr)
+        else:
+            print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug:
