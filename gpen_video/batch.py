@@ -102,8 +102,9 @@ def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch
     output_dir.mkdir(parents=True, exist_ok=True)
     if job.tracks_out is not None:
         job.tracks_out.mkdir(parents=True, exist_ok=True)
-    engine.planned_frames = sum(frames.values())  # --compile auto decides on the whole batch
-    bar = tqdm(total=engine.planned_frames, unit="frame", disable=not progress, dynamic_ncols=True)
+    # --compile auto decides on the whole batch's work, less the outputs --skip-existing leaves alone.
+    engine.planned_frames = sum(frames[s] for s, out in jobs if not (batch.skip_existing and out.exists()))
+    bar = tqdm(total=sum(frames.values()), unit="frame", disable=not progress, dynamic_ncols=True)
     results, faces = [], [0]
 
     def on_frame(count: int, found: int) -> None:
