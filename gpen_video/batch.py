@@ -48,6 +48,11 @@ class JobResult:
                 + (f", {len(s.warnings)} warning(s)" if s.warnings else ""))
 
 
+def error_line(exc: BaseException) -> str:
+    """An error as the one line a user is shown: its message's first line, else its kind."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def find_inputs(paths: Sequence[Path], recursive: bool) -> list[tuple[Path, Path]]:
     """Each input with its place relative to the output folder: files as named (by their name),
     folders' videos and images (by their path inside the folder; subfolders with ``recursive``),
@@ -126,7 +131,7 @@ def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch
                     result.summary = engine.restore(source, output, dataclasses.replace(job, tracks_out=tracks),
                                                     on_frame=on_frame)
                 except Exception as exc:  # this file's failure; the next file is another job
-                    result.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    result.error = error_line(exc)
                 bar.update(done + frames[source] - bar.n)  # a file that ended early counts as done
             results.append(result)
             if report is not None:

@@ -113,11 +113,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)  # usage errors (exit 2) and --help before anything loads
+    parser = build_parser()
+    args = parser.parse_args(argv)  # usage errors (exit 2) and --help before any file is read
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
     if len(args.paths) < 2:
-        build_parser().error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
+        parser.error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
     try:
         from .engine import Engine
 
@@ -137,15 +138,13 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        print(f"gpen-video: error: {_one_line(exc)}", file=sys.stderr)
+        from .batch import error_line
+
+        print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
         return 1
     if not args.quiet:
         print(summary.describe(STARTED), file=sys.stderr)
     return 0
-
-
-def _one_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _run_batch(engine: Engine, args: argparse.Namespace, job: JobOptions, batch: BatchOptions) -> int:

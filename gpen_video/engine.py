@@ -131,8 +131,8 @@ class Engine:
             loaded = time.perf_counter()
             compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
             self._workers = [DeviceWorker(state_dict, self.options, device, compiled) for device in self.devices]
-            compiled = " (compiling)" if any(w.compiled for w in self._workers) else ""
-            self._startup = {"weights": loaded - start, f"workers{compiled}": time.perf_counter() - loaded}
+            label = "workers (compiling)" if any(w.compiled for w in self._workers) else "workers"
+            self._startup = {"weights": loaded - start, label: time.perf_counter() - loaded}
         return self._workers
 
     def _take_startup(self) -> dict[str, float]:

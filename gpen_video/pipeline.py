@@ -61,16 +61,16 @@ QUEUED_DETECTIONS = 2
 REFERENCE_PIXELS = 1920 * 1080
 
 
-Picture = tuple[SourceFrame, av.VideoFrame | None, int]  # a picture, its restored frame (or None), its faces
-
-
-def woven_frame(pictures: list[Picture]) -> Picture:
-    """One frame's pictures, each with its restored frame (None: untouched) and face count, as the
-    frame to encode: the decoded frame, its restored weave (None when no field changed), and its
-    faces (a face seen in both fields counts once)."""
-    whole = pictures[0][0].field.whole
-    restored = {source.field.parity: frame for source, frame, _ in pictures if frame is not None}
-    return whole, weave(whole.frame, restored) if restored else None, max(faces for _, _, faces in pictures)
+def woven_frame(fields: list[ToEncode]) -> ToEncode:
+    """One interlaced frame's two field pictures as the frame to encode: the decoded frame, with
+    the restored weave of its fields (None when neither changed) and its faces (a face seen in
+    both fields counts once)."""
+    whole = fields[0].source.field.whole
+    restored = {f.source.field.parity: f.result.frame for f in fields if f.result is not None}
+    if not restored:
+        return ToEncode(whole, None)
+    faces = max(f.result.faces for f in fields if f.result is not None)
+    return ToEncode(whole, Restored(weave(whole.frame, restored), faces))
 
 
 #: Where pictures come from: given the streams the writer takes, a generator of decoded pictures
@@ -405,7 +405,7 @@ class Pipeline:
         self.to_encode.put(TrackingDone(next_index))
 
     def _encode(self) -> None:
-        pending: dict[int, Picture] = {}  # by picture index
+        pending: dict[int, ToEncode] = {}  # by picture index
         next_index = self.start_frame
         total: int | None = None
         step = self.pictures_per_frame
@@ -417,13 +417,13 @@ class Pipeline:
             if isinstance(message, TrackingDone):
                 total = message.pictures
             else:
-                source, result = message.source, message.result
-                pending[source.index] = (source, result.frame, result.faces) if result else (source, None, 0)
+                pending[message.source.index] = message
             while all(i in pending for i in range(next_index, next_index + step)):
                 pictures = [pending.pop(i) for i in range(next_index, next_index + step)]
-                source, restored, faces = pictures[0] if step == 1 else woven_frame(pictures)
+                frame = pictures[0] if step == 1 else woven_frame(pictures)
+                source, faces = frame.source, frame.result.faces if frame.result is not None else 0
                 t0 = time.perf_counter()
-                self.writer.write(source, restored)
+                self.writer.write(source, frame.result.frame if frame.result is not None else None)
                 self.clock.add("encode", time.perf_counter() - t0)
                 if self.first_frame_at is None:
                     self.first_frame_at = time.perf_counter()

@@ -87,7 +87,6 @@ class DeviceWorker:
 
     def __init__(self, state_dict: dict[str, torch.Tensor], options: RestoreOptions, device: str,
                  compiled: bool = False) -> None:
-        self.options = options
         self.device = torch.device(device)
         self.compiled = compiled and self.device.type == "cuda"  # torch.compile + CUDA graphs: GPUs only
         model = build_inference_model(state_dict, device=self.device, precision=options.precision_on(device))
@@ -169,8 +168,8 @@ class DeviceWorker:
         """:meth:`detect`, queued on the device: returns once the work is queued, not done. The
         frames keep their planes and RGB on the device for their restoration."""
         with self._detecting():
-            rgbs = []
-            for group in _groups(frames):
+            rgbs, groups = [], _groups(frames)
+            for group in groups:
                 members = [frames[i] for i in group]
                 planes = self._upload(members)
                 rgb = members[0].layout.to_rgb(planes)
@@ -178,7 +177,7 @@ class DeviceWorker:
                 for i, frame in enumerate(members):
                     frame.buffers.keep([p[i] for p in planes], kept[i])
                 rgbs.append(rgb)
-            rgb = _in_order(rgbs, _groups(frames))
+            rgb = _in_order(rgbs, groups)
             found = self.detector.queue_rgb(rgb)
             means = to_host(thumbnail_means(rgb))
 

@@ -71,14 +71,18 @@ def field_frame(frame: av.VideoFrame, parity: int) -> av.VideoFrame:
     return copy_colour_tags(frame, field)
 
 
-def weave(whole: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFrame:
-    """A copy of ``whole`` with the lines of each field in ``fields`` (by parity) taken from its frame."""
-    woven = planes_to_frame(frame_planes(whole), whole)
+def _write_fields(into: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFrame:
+    """``into`` (a frame this code made) with the lines of each field in ``fields`` (by parity) taken from its frame."""
     for parity, field in fields.items():
-        for dst, plane in zip(writable_planes(woven), frame_planes(field)):
+        for dst, plane in zip(writable_planes(into), frame_planes(field)):
             lines = dst[parity::2]
             lines[:] = plane[: len(lines)]
-    return woven
+    return into
+
+
+def weave(whole: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFrame:
+    """A copy of ``whole`` with the lines of each field in ``fields`` (by parity) taken from its frame."""
+    return _write_fields(planes_to_frame(frame_planes(whole), whole), fields)
 
 
 #: Encoders that code interlaced frames -> the options (x264-params / x265-params) that set their
@@ -98,7 +102,7 @@ def reformat_fields(frame: av.VideoFrame, format: str) -> av.VideoFrame:
     """``frame`` converted to ``format`` field by field: a frame-wide conversion would resample
     the chroma of the two fields, moments apart, into each other."""
     fields = {parity: field_frame(frame, parity).reformat(format=format) for parity in (0, 1)}
-    return weave(av.VideoFrame(frame.width, frame.height, format), fields)
+    return _write_fields(av.VideoFrame(frame.width, frame.height, format), fields)
 
 
 class FieldStamp:
