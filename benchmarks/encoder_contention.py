@@ -86,7 +86,7 @@ def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
 def _timed_queue_waits() -> Iterator[dict[str, float]]:
     """Seconds each pipeline thread spends in the pipeline's queue reads: for the encode thread,
     the time it had no frame to encode (with the GIL waits of its return)."""
-    from gpen_video.pipeline import Pipeline
+    from gpen_video.pipeline.job import Pipeline
 
     waits: dict[str, float] = {}
     read = Pipeline._get

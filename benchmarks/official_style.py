@@ -13,14 +13,14 @@ import cv2
 import numpy as np
 import torch
 
-from gpen_video.compose import SMALL_FACE, face_mask
 from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms
 from gpen_video.faces.detect import FaceDetector
+from gpen_video.media.source import SourceFrame, demux, open_input, probe
+from gpen_video.media.writer import VideoWriter
 from gpen_video.model import GPEN
+from gpen_video.model.weights import load_gpen_weights
 from gpen_video.options import RestoreOptions
-from gpen_video.video.decode import SourceFrame, demux, open_input, probe
-from gpen_video.video.encode import VideoWriter
-from gpen_video.weights import load_gpen_weights
+from gpen_video.worker.compose import SMALL_FACE, face_mask
 
 _SMALL_FACE_BLUR = np.outer([1, 2, 1], [1, 2, 1]).astype(np.float32) / 16
 

@@ -33,11 +33,11 @@ from official_style import official_style_fps
 from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
+from gpen_video.media.colour import frame_planes, planes_to_frame
+from gpen_video.media.source import SourceFrame, demux, open_input, probe
+from gpen_video.media.writer import VideoWriter
 from gpen_video.options import RestoreOptions
-from gpen_video.restore import stage_planes
-from gpen_video.video.colour import frame_planes, planes_to_frame
-from gpen_video.video.decode import SourceFrame, demux, open_input, probe
-from gpen_video.video.encode import VideoWriter
+from gpen_video.worker.device import stage_planes
 
 SHARED_ROOT = os.environ.get("GPEN_VIDEO_SHARED") or Path(__file__).resolve().parents[2] / "shared"
 SHARED = Path(SHARED_ROOT) / "media" / "videos"
@@ -130,7 +130,7 @@ _WHOLE_RUN = """
 import json, re, sys
 from pathlib import Path
 from gpen_video.api import restore_video
-from gpen_video.restore import stage_planes
+from gpen_video.worker.device import stage_planes
 summary = restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
 peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
 print(json.dumps({"peak_rss_mib": peak / 1024, "fps": summary.fps}))

@@ -20,8 +20,8 @@ import av
 import numpy as np
 import torch
 
-from gpen_video.restore import stage_planes
-from gpen_video.video.colour import frame_planes, pack_planes
+from gpen_video.media.colour import frame_planes, pack_planes
+from gpen_video.worker.device import stage_planes
 
 IN_FLIGHT = 150  # buffers held at once, about as many frames as the pipeline has in flight
 

@@ -8,7 +8,7 @@ Variants, each a fresh process as a user starts it:
 
 For each: the process's wall time, when its first restored frame was written (from the CLI's own
 summary line) and what the engine's start took (weights, workers). Also the seconds that
-``import gpen_video.engine`` takes in a fresh process.
+``import gpen_video.pipeline.engine`` takes in a fresh process.
 
     python benchmarks/startup_bench.py --weights G.pth --detector-weights R.pth
 """
@@ -61,7 +61,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         clip = build_clip(SHARED / SOURCE, tmp / "clip.mp4", frames / 25, (640, 480))
-        code = "import time; t = time.perf_counter(); import gpen_video.engine; print(time.perf_counter() - t)"
+        code = "import time; t = time.perf_counter(); import gpen_video.pipeline.engine; print(time.perf_counter() - t)"
         rows["import_s"] = round(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                                       check=True).stdout), 2)
         rows["eager"] = run_cli(clip, tmp / "eager.mp4", tmp / "home-eager", [*flags, "--compile", "off"])

@@ -32,23 +32,23 @@ from pipeline_bench import build_clip
 from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from gpen_video import restore, transfer
 from gpen_video.api import restore_video
-from gpen_video.compose import Compositor
 from gpen_video.faces.detect import FaceDetector
-from gpen_video.pipeline import Pipeline, _Tasks
-from gpen_video.video.colour import PlaneLayout
+from gpen_video.media.colour import PlaneLayout
+from gpen_video.pipeline.job import Pipeline, _Tasks
+from gpen_video.worker import device, transfer
+from gpen_video.worker.compose import Compositor
 
 #: (owner, attribute, label): the worker's steps, labelled in the trace.
 STEPS = [
     (_Tasks, "take", "take"), (Pipeline, "_detected", "detected"), (Pipeline, "_collect", "collect"),
-    (restore.DeviceWorker, "queue_detect", "detect"), (restore.DeviceWorker, "queue_restore", "restore"),
-    (restore.DeviceWorker, "_upload", "upload"), (restore.DeviceWorker, "_resident", "resident"),
-    (FaceDetector, "queue_rgb", "detector"), (restore, "thumbnail_means", "thumbnails"),
+    (device.DeviceWorker, "queue_detect", "detect"), (device.DeviceWorker, "queue_restore", "restore"),
+    (device.DeviceWorker, "_upload", "upload"), (device.DeviceWorker, "_resident", "resident"),
+    (FaceDetector, "queue_rgb", "detector"), (device, "thumbnail_means", "thumbnails"),
     (PlaneLayout, "to_rgb", "to_rgb"), (PlaneLayout, "to_planes", "to_planes"), (PlaneLayout, "merge", "merge"),
-    (restore, "similarity_transforms", "transforms"), (restore, "warp_faces", "warp"),
-    (restore.DeviceWorker, "_gpen", "gpen"), (Compositor, "paste_batch", "paste"),
-    (restore.DeviceWorker, "_download", "download"), (transfer.Pending, "result", "wait"),
+    (device, "similarity_transforms", "transforms"), (device, "warp_faces", "warp"),
+    (device.DeviceWorker, "_gpen", "gpen"), (Compositor, "paste_batch", "paste"),
+    (device.DeviceWorker, "_download", "download"), (transfer.Pending, "result", "wait"),
 ]
 _GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 

@@ -14,10 +14,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from .batch import JobResult
-from .batch import restore_many as _restore_many
-from .engine import Engine, Summary
 from .options import BatchOptions, JobOptions, RestoreOptions, UsageError
+from .pipeline.batch import JobResult
+from .pipeline.batch import restore_many as _restore_many
+from .pipeline.engine import Engine, Summary
 
 __all__ = ["BatchOptions", "Engine", "JobOptions", "JobResult", "RestoreOptions", "Summary",
            "UsageError", "restore_image", "restore_many", "restore_video"]

@@ -17,9 +17,9 @@ from . import __version__
 STARTED = time.perf_counter()  # start-up is reported from here: the heavy imports come later, in functions
 
 if TYPE_CHECKING:
-    from .batch import JobResult
-    from .engine import Engine
     from .options import BatchOptions, JobOptions, RestoreOptions
+    from .pipeline.batch import JobResult
+    from .pipeline.engine import Engine
 
 EXAMPLES = """examples:
   gpen-video talk.mp4 talk_restored.mp4                 restore on the first GPU (or the CPU)
@@ -120,7 +120,7 @@ def _main(argv: list[str] | None) -> int:
     if len(args.paths) < 2:
         parser.error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
     try:
-        from .engine import Engine
+        from .pipeline.engine import Engine
 
         options, job, batch = options_of(args)
         engine = Engine(options, progress=not args.quiet)
@@ -138,7 +138,7 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        from .batch import error_line
+        from .pipeline.batch import error_line
 
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
         return 1
@@ -152,10 +152,10 @@ def _run_batch(engine: Engine, args: argparse.Namespace, job: JobOptions, batch:
     Exit 1 when any file failed; an interrupt keeps the files already finished."""
     from tqdm import tqdm
 
-    from .batch import restore_many
+    from .media.images import IMAGE_EXTENSIONS
+    from .media.writer import CONTAINERS
     from .options import UsageError
-    from .video.encode import CONTAINERS
-    from .video.images import IMAGE_EXTENSIONS
+    from .pipeline.batch import restore_many
 
     *inputs, output_dir = args.paths
     if output_dir.exists() and not output_dir.is_dir():

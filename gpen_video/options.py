@@ -20,7 +20,7 @@ from typing import Any
 from .faces.detect import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
 from .faces.track import DEFAULT_SMOOTH
 from .model.fast import PRECISIONS
-from .weights import DEFAULT_MODEL, OFFICIAL_MODELS
+from .model.weights import DEFAULT_MODEL, OFFICIAL_MODELS
 
 #: Frames per --resume segment: about a minute at 25 fps, so a crash loses at most that much work.
 SEGMENT_FRAMES = 1500

@@ -93,8 +93,8 @@ def write_clip(path: Path, frames, rate: int = 25, pix_fmt: str = "yuv420p", opt
 def paste_region(faces: list[dict], crop_size: int, height: int, width: int) -> np.ndarray:
     """(H, W) bool: the pixels that the ``faces`` of one tracks-file frame can reach when pasted
     back (each face's footprint from its smoothed landmarks), in the upright frame."""
-    from gpen_video.compose import Compositor
     from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms
+    from gpen_video.worker.compose import Compositor
 
     region = np.zeros((height, width), bool)
     if not faces:
@@ -110,7 +110,7 @@ def decoded_planes(path: Path) -> list[list[np.ndarray]]:
     """Every frame of ``path`` as its decoded planes (Y, Cb, Cr), copied out of FFmpeg's buffers."""
     import av
 
-    from gpen_video.video.colour import frame_planes
+    from gpen_video.media.colour import frame_planes
 
     with av.open(str(path)) as container:
         return [[plane.copy() for plane in frame_planes(frame)] for frame in container.decode(video=0)]

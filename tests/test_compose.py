@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpen_video.compose import Compositor, face_mask
 from gpen_video.faces.align import invert_affine, reference_points, sampling_grid, similarity_transforms, warp_faces
+from gpen_video.worker.compose import Compositor, face_mask
 
 from .conftest import read_rgb
 

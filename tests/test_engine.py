@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpen_video.engine import Engine
+from gpen_video.media.source import InputError
 from gpen_video.options import RestoreOptions
-from gpen_video.restore import DeviceWorker
-from gpen_video.video.decode import InputError
+from gpen_video.pipeline.engine import Engine
+from gpen_video.worker.device import DeviceWorker
 
 from . import corpus
 from .conftest import decoded_planes, shared_file
@@ -86,7 +86,7 @@ def test_an_engine_that_has_not_run_a_job_has_loaded_nothing(small_gpen, tmp_pat
 def test_compile_auto_compiles_only_for_enough_work(small_gpen, tmp_path, monkeypatch):
     """A 31-frame clip does not wait seconds of compiling to save a fraction of one; a long job,
     or a batch, does; an empty compile cache (a machine's first run) asks for more work first."""
-    from gpen_video.engine import COMPILE_FROM_FRAMES
+    from gpen_video.pipeline.engine import COMPILE_FROM_FRAMES
 
     cache = tmp_path / "compile-cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gpen_video.model import GPEN
-from gpen_video.weights import OFFICIAL_MODELS
+from gpen_video.model.weights import OFFICIAL_MODELS
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from gpen_video import restore as restore_module
 from gpen_video.api import restore_video
 from gpen_video.faces.detect import box_size
+from gpen_video.media.colour import frame_planes, packed_to_frame, unpack_planes
+from gpen_video.media.source import read_frames
+from gpen_video.model.weights import load_gpen_weights
 from gpen_video.options import RestoreOptions
-from gpen_video.pipeline import _restore_cut, frames_in_flight, frames_per_batch
-from gpen_video.restore import DeviceWorker
-from gpen_video.video.colour import frame_planes, packed_to_frame, unpack_planes
-from gpen_video.video.decode import read_frames
-from gpen_video.weights import load_gpen_weights
+from gpen_video.pipeline.job import _restore_cut, frames_in_flight, frames_per_batch
+from gpen_video.worker import device as device_module
+from gpen_video.worker.device import DeviceWorker
 
 from .conftest import SMALL_GPEN_SIZE, assert_same_restoration, shared_file, write_clip
 
@@ -130,7 +130,7 @@ def test_staged_planes_unpack_to_the_decoded_planes(pix_fmt):
         for plane in frame.planes:
             plane.update(rng.integers(0, 256, plane.buffer_size, dtype=np.uint8).tobytes())
         frames.append(frame)
-    batch = torch.stack([restore_module.stage_planes(f, pinned=False) for f in frames])
+    batch = torch.stack([device_module.stage_planes(f, pinned=False) for f in frames])
     for i, frame in enumerate(frames):
         unpacked = [p[i].numpy() for p in unpack_planes(batch, frame)]
         assert [u.shape for u in unpacked] == [p.shape for p in frame_planes(frame)]
@@ -147,7 +147,7 @@ def test_a_packed_restored_frame_becomes_an_encoder_frame_with_the_same_samples(
     for plane in source.planes:
         plane.update(rng.integers(0, 256, plane.buffer_size, dtype=np.uint8).tobytes())
     source.colorspace, source.color_range = 1, 2
-    packed = restore_module.stage_planes(source, pinned=False).numpy()
+    packed = device_module.stage_planes(source, pinned=False).numpy()
     frame = packed_to_frame(packed, source)
     assert (frame.format.name, frame.width, frame.height) == (pix_fmt, width, 1080)
     assert (frame.colorspace, frame.color_range) == (1, 2)
@@ -183,7 +183,7 @@ def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_pa
         calls.append(len(images))
         raise RuntimeError("injected GPU fault")
 
-    monkeypatch.setattr(restore_module.DeviceWorker, "queue_restore", broken)
+    monkeypatch.setattr(device_module.DeviceWorker, "queue_restore", broken)
     out = tmp_path / "out.mp4"
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="injected GPU fault"):
@@ -269,7 +269,7 @@ def test_out_of_memory_halves_the_batch_and_loses_no_face(small_gpen, tmp_path, 
     restore_video(SAMPLE, reference, codec="ffv1", batch_size=8, tracks_out=tmp_path / "reference.json",
                   **_options(small_gpen))
 
-    real_gpen = restore_module.DeviceWorker._gpen
+    real_gpen = device_module.DeviceWorker._gpen
 
     def tight_memory(self, crops):
         model = self.model
@@ -285,7 +285,7 @@ def test_out_of_memory_halves_the_batch_and_loses_no_face(small_gpen, tmp_path, 
         finally:
             self.model = model
 
-    monkeypatch.setattr(restore_module.DeviceWorker, "_gpen", tight_memory)
+    monkeypatch.setattr(device_module.DeviceWorker, "_gpen", tight_memory)
     out = tmp_path / "out.mkv"
     summary = restore_video(SAMPLE, out, codec="ffv1", batch_size=8, tracks_out=tmp_path / "out.json",
                             **_options(small_gpen))

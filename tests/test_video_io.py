@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from gpen_video.media.colour import frame_planes, planes_to_frame
+from gpen_video.media.source import SourceFrame, demux, open_input, probe, read_frames
+from gpen_video.media.writer import OutputError, VideoWriter
 from gpen_video.options import RestoreOptions
-from gpen_video.video.colour import frame_planes, planes_to_frame
-from gpen_video.video.decode import SourceFrame, demux, open_input, probe, read_frames
-from gpen_video.video.encode import OutputError, VideoWriter
 
 from .conftest import write_clip
 

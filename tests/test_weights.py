@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gpen_video.model import GPENConfig
-from gpen_video.weights import (
+from gpen_video.model.weights import (
     OFFICIAL_MODELS,
     OfficialModel,
     WeightsError,

@@ -14,8 +14,8 @@ from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from ..model.graphs import GraphedModel, padded
-from ..transfer import Pending, to_device, to_host
-from ..weights import WeightsError, cache_dir, download
+from ..model.weights import WeightsError, cache_dir, download
+from ..worker.transfer import Pending, to_device, to_host
 
 #: Detector name -> (facexlib network name, official facexlib download URL).
 DETECTORS = {

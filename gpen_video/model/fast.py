@@ -220,7 +220,7 @@ def build_inference_model(state_dict: Mapping[str, torch.Tensor], device: str | 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
     if config is None:
-        from ..weights import infer_config
+        from .weights import infer_config
 
         config = infer_config(state_dict)
     model = FastGPEN(state_dict, config, PRECISIONS[precision], blur)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..media.images import IMAGE_EXTENSIONS
+from ..media.source import probe
+from ..media.writer import CONTAINERS
+from ..options import BatchOptions, JobOptions, UsageError
 from .engine import Engine, Summary
-from .options import BatchOptions, JobOptions, UsageError
-from .video.decode import probe
-from .video.encode import CONTAINERS
-from .video.images import IMAGE_EXTENSIONS
 
 #: Extensions taken as videos when a folder is scanned (a file named on the command line is tried
 #: whatever its name).

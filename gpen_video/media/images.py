@@ -13,9 +13,9 @@ import cv2
 import numpy as np
 
 from .colour import Orientation, PlaneLayout
-from .decode import InputError, SourceFrame
-from .encode import OutputError
 from .outputs import OutputClaim, partial_path
+from .source import InputError, SourceFrame
+from .writer import OutputError
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 

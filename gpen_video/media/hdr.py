@@ -3,7 +3,7 @@ carries beside its PQ transfer tag, read from the decoded frames and handed to t
 that can write them (x265, x264, SVT-AV1) as their own parameters.
 
 Without them a player tone-maps an HDR10 file by guesswork; the transfer and primaries tags
-alone travel with every encoder (see encode.py).
+alone travel with every encoder (see writer.py).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import av
 
-from .decode import SourceFrame, open_input
-from .encode import OutputError, VideoWriter
+from .source import SourceFrame, open_input
+from .writer import OutputError, VideoWriter
 
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size
 _NONE = -(2**63)  # a missing timestamp

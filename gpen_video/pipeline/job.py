@@ -28,9 +28,15 @@ import av
 import numpy as np
 import torch
 
-from .faces.track import FaceTracker, TrackedFrame
-from .faces.tracks_file import TracksWriter
-from .messages import (
+from ..faces.track import FaceTracker, TrackedFrame
+from ..faces.tracks_file import TracksWriter
+from ..media.fields import FieldOrder, weave
+from ..media.images import ImageWriter
+from ..media.segments import SegmentedWriter
+from ..media.source import SourceFrame, split_fields
+from ..media.writer import VideoWriter
+from ..worker.device import stage_planes
+from ..worker.messages import (
     DecodingDone,
     DetectBatch,
     Detected,
@@ -44,13 +50,7 @@ from .messages import (
     WorkersDone,
     WorkerTask,
 )
-from .restore import stage_planes
-from .transfer import Pending
-from .video.decode import SourceFrame, split_fields
-from .video.encode import VideoWriter
-from .video.fields import FieldOrder, weave
-from .video.images import ImageWriter
-from .video.segments import SegmentedWriter
+from ..worker.transfer import Pending
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
 #: Restoration batches a worker keeps queued on its device before it collects the oldest.
@@ -74,7 +74,7 @@ def woven_frame(fields: list[ToEncode]) -> ToEncode:
 
 
 #: Where pictures come from: given the streams the writer takes, a generator of decoded pictures
-#: and those streams' packets, in file order (video.decode.demux; a photo; later a GPU decoder).
+#: and those streams' packets, in file order (media.source.demux; a photo; later a GPU decoder).
 #: The decode thread closes it, however the run ends.
 FrameSource = Callable[[set[int]], Generator[SourceFrame | av.Packet, None, None]]
 Writer = VideoWriter | SegmentedWriter | ImageWriter
@@ -191,7 +191,7 @@ class Pipeline:
                  on_frame: Callable[[int, int], None] | None = None, start_frame: int = 0,
                  fields: FieldOrder | None = None, fps: float = 25.0) -> None:
         self.source = source
-        # An interlaced video's fields travel as pictures of their own, two per frame (video.fields);
+        # An interlaced video's fields travel as pictures of their own, two per frame (media.fields);
         # every count below is of pictures, and the encoder weaves each frame's back together.
         self.fields = fields
         self.field_time = 0.5 / fps

@@ -1,5 +1,5 @@
 """What the pipeline's stages hand each other, and what a worker must do: data-only messages and
-one worker interface. The thread worker (:class:`~.restore.DeviceWorker`) implements it today;
+one worker interface. The thread worker (:class:`~.device.DeviceWorker`) implements it today;
 a process per GPU, a GPU decoder's worker or a Ray actor can implement it without touching the
 pipeline."""
 
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from .faces.detect import Face, box_size
+from ..faces.detect import Face, box_size
 
 if TYPE_CHECKING:
     import av
 
-    from .faces.track import TrackedFrame
+    from ..faces.track import TrackedFrame
+    from ..media.source import SourceFrame
     from .transfer import Pending
-    from .video.decode import SourceFrame
 
 FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
 

@@ -16,17 +16,17 @@ from pathlib import Path
 import av
 from tqdm import tqdm
 
-from .faces.track import FaceTracker
-from .faces.tracks_file import TracksWriter
-from .options import JobOptions, RestoreOptions, UsageError
-from .pipeline import FrameSource, Pipeline, Writer, frames_per_batch
-from .restore import DeviceWorker, compile_cache
-from .video.decode import DecodeReport, InputError, SourceFrame, demux, open_input, probe
-from .video.encode import CONTAINERS, VideoWriter
-from .video.fields import FieldOrder
-from .video.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
-from .video.segments import SegmentedWriter, SegmentStore, work_dir_for
-from .weights import load_gpen_weights
+from ..faces.track import FaceTracker
+from ..faces.tracks_file import TracksWriter
+from ..media.fields import FieldOrder
+from ..media.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
+from ..media.segments import SegmentedWriter, SegmentStore, work_dir_for
+from ..media.source import DecodeReport, InputError, SourceFrame, demux, open_input, probe
+from ..media.writer import CONTAINERS, VideoWriter
+from ..model.weights import load_gpen_weights
+from ..options import JobOptions, RestoreOptions, UsageError
+from ..worker.device import DeviceWorker, compile_cache
+from .job import FrameSource, Pipeline, Writer, frames_per_batch
 
 log = logging.getLogger(__name__)
 FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)

@@ -42,7 +42,7 @@ class FrameBuffers:
 
     - ``decoded``: none yet;
     - ``staged``: its planes packed into one pinned host buffer by the decode thread, for a GPU
-      worker's single asynchronous upload (restore.stage_planes);
+      worker's single asynchronous upload (worker.device.stage_planes);
     - ``uploaded``: taken by the worker that detects it;
     - ``kept``: its planes (h, w) and upright RGB (3, H, W, uint8 whole levels) kept on that
       worker's device until restoration, so it crosses to the device and converts to RGB once;

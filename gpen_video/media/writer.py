@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import av
 
 from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame
-from .decode import SourceFrame, VideoInfo, video_stream
 from .fields import FieldStamp, reformat_fields
 from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
 from .hdr import PARAMS_OPTION
 from .outputs import OutputClaim, partial_path, remove_stale_partials
+from .source import SourceFrame, VideoInfo, video_stream
 from .streams import CompanionStreams, ContainerRules
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .model.config import GPENConfig
-from .model.reference import GPEN
+from .config import GPENConfig
+from .reference import GPEN
 
 _MODELSCOPE = ("https://www.modelscope.cn/api/v1/models/damo/cv_gpen_image-portrait-enhancement-hires/"
                "repo?Revision=master&FilePath=")

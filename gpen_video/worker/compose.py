@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .faces.align import invert_affine, sampling_grid
+from ..faces.align import invert_affine, sampling_grid
 from .transfer import to_device
 
 #: The official paste-back mask: a rectangle inset 26 px of 512, Gaussian-blurred twice (101 px, sigma 4).

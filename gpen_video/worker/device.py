@@ -4,7 +4,7 @@
 Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
 and converted to RGB there once; planes and RGB stay on the device until restoration, and only the
 merged planes of restored frames come back, one buffer per frame that the encoder reads as it is
-(:func:`~.video.colour.packed_to_frame`). Detection and restoration are queued on the device and
+(:func:`~gpen_video.media.colour.packed_to_frame`). Detection and restoration are queued on the device and
 collected later (:class:`Pending`), so the host can queue more work meanwhile. On a GPU, detection
 runs in a CUDA stream of its own: the tracker needs its results soon, and on the restoration
 stream their read-back would wait for every restoration queued before it.
@@ -22,18 +22,18 @@ import av
 import numpy as np
 import torch
 
+from ..faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
+from ..faces.detect import Face, FaceDetector
+from ..faces.track import gray_thumbnails, thumbnail_means
+from ..media.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
+from ..media.source import SourceFrame
+from ..model import build_inference_model
+from ..model.graphs import GraphedModel, padded
+from ..model.weights import cache_dir
+from ..options import RestoreOptions
 from .compose import Compositor
-from .faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
-from .faces.detect import Face, FaceDetector
-from .faces.track import gray_thumbnails, thumbnail_means
 from .messages import FaceSpec, Restored
-from .model import build_inference_model
-from .model.graphs import GraphedModel, padded
-from .options import RestoreOptions
 from .transfer import Pending, to_device, to_host
-from .video.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
-from .video.decode import SourceFrame
-from .weights import cache_dir
 
 log = logging.getLogger(__name__)
 

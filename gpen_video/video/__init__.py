@@ -1,1 +1,0 @@
-"""Reading and writing video through FFmpeg's libraries (PyAV)."""
