@@ -86,12 +86,12 @@ def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
 def _timed_queue_waits() -> Iterator[dict[str, float]]:
     """Seconds each pipeline thread spends in the pipeline's queue reads: for the encode thread,
     the time it had no frame to encode (with the GIL waits of its return)."""
-    from gpen_video.pipeline.job import Pipeline
+    from gpen_video.pipeline.job import Job
 
     waits: dict[str, float] = {}
-    read = Pipeline._get
+    read = Job._get
 
-    def timed(self: Pipeline, q: object) -> object:
+    def timed(self: Job, q: object) -> object:
         t0 = time.perf_counter()
         try:
             return read(self, q)
@@ -99,11 +99,11 @@ def _timed_queue_waits() -> Iterator[dict[str, float]]:
             name = threading.current_thread().name
             waits[name] = waits.get(name, 0.0) + time.perf_counter() - t0
 
-    Pipeline._get = timed
+    Job._get = timed
     try:
         yield waits
     finally:
-        Pipeline._get = read
+        Job._get = read
 
 
 def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:

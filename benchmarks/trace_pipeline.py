@@ -35,13 +35,13 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from gpen_video.api import restore_video
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.media.colour import PlaneLayout
-from gpen_video.pipeline.job import Pipeline, _Tasks
+from gpen_video.pipeline.scheduler import WorkerPool, _Tasks
 from gpen_video.worker import device, transfer
 from gpen_video.worker.compose import Compositor
 
 #: (owner, attribute, label): the worker's steps, labelled in the trace.
 STEPS = [
-    (_Tasks, "take", "take"), (Pipeline, "_detected", "detected"), (Pipeline, "_collect", "collect"),
+    (_Tasks, "take", "take"), (WorkerPool, "_detected", "detected"), (WorkerPool, "_restored", "collect"),
     (device.DeviceWorker, "queue_detect", "detect"), (device.DeviceWorker, "queue_restore", "restore"),
     (device.DeviceWorker, "_upload", "upload"), (device.DeviceWorker, "_resident", "resident"),
     (FaceDetector, "queue_rgb", "detector"), (device, "thumbnail_means", "thumbnails"),

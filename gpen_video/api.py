@@ -41,25 +41,29 @@ def restore_video(input: str | Path, output: str | Path, options: RestoreOptions
                   overwrite: bool = False, resume: bool = False, segment_frames: int | None = None,
                   tracks_out: str | Path | None = None, progress: bool = True, **changes: Any) -> Summary:
     """Restore every face in ``input`` and write ``output`` (see :meth:`Engine.restore_video`)."""
-    return Engine(_options(options, changes), progress).restore_video(
-        input, output, _job(overwrite, resume, segment_frames, tracks_out))
+    with Engine(_options(options, changes), progress) as engine:
+        return engine.restore_video(input, output, _job(overwrite, resume, segment_frames, tracks_out))
 
 
 def restore_image(input: str | Path, output: str | Path, options: RestoreOptions | None = None, *,
                   overwrite: bool = False, tracks_out: str | Path | None = None, progress: bool = True,
                   **changes: Any) -> Summary:
     """Restore the faces of one photo (see :meth:`Engine.restore_image`)."""
-    job = _job(overwrite, False, None, tracks_out)
-    return Engine(_options(options, changes), progress).restore_image(input, output, job)
+    with Engine(_options(options, changes), progress) as engine:
+        return engine.restore_image(input, output, _job(overwrite, False, None, tracks_out))
 
 
 def restore_many(inputs: list[str | Path], output_dir: str | Path, options: RestoreOptions | None = None, *,
                  name: str | None = None, recursive: bool = False, skip_existing: bool = False,
-                 overwrite: bool = False, resume: bool = False, segment_frames: int | None = None,
-                 tracks_out: str | Path | None = None, progress: bool = True, **changes: Any) -> list[JobResult]:
+                 jobs: int | None = None, overwrite: bool = False, resume: bool = False,
+                 segment_frames: int | None = None, tracks_out: str | Path | None = None, progress: bool = True,
+                 **changes: Any) -> list[JobResult]:
     """Restore every input (files, or the videos and images of folders) into ``output_dir`` on one
-    engine: the weights load and the workers compile once. A file that fails has its error in its
+    engine: the weights load and the workers compile once, and ``jobs`` files (see
+    :class:`BatchOptions`) are restored at once. A file that fails has its error in its
     :class:`JobResult` and no output; the others are restored."""
-    batch = BatchOptions(recursive=recursive, skip_existing=skip_existing, **({"name": name} if name else {}))
-    return _restore_many(Engine(_options(options, changes), progress), [Path(p) for p in inputs], Path(output_dir),
-                         batch, _job(overwrite, resume, segment_frames, tracks_out), progress)
+    batch = BatchOptions(recursive=recursive, skip_existing=skip_existing, **({"name": name} if name else {}),
+                         **({"jobs": jobs} if jobs is not None else {}))
+    with Engine(_options(options, changes), progress) as engine:
+        return _restore_many(engine, [Path(p) for p in inputs], Path(output_dir), batch,
+                             _job(overwrite, resume, segment_frames, tracks_out), progress)

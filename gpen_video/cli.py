@@ -123,14 +123,14 @@ def _main(argv: list[str] | None) -> int:
         from .pipeline.engine import Engine
 
         options, job, batch = options_of(args)
-        engine = Engine(options, progress=not args.quiet)
-        if is_batch(args.paths):
-            return _run_batch(engine, args, job, batch)
-        summary = engine.restore(args.paths[0], args.paths[1], job)
+        with Engine(options, progress=not args.quiet) as engine:
+            if is_batch(args.paths):
+                return _run_batch(engine, args, job, batch)
+            summary = engine.restore(args.paths[0], args.paths[1], job)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
         if is_batch(args.paths):
-            print(f"gpen-video: interrupted; the files finished before it are kept, the current one is not{kept}",
+            print(f"gpen-video: interrupted; the files finished before it are kept, those under way are not{kept}",
                   file=sys.stderr)
         else:
             print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)

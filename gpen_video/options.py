@@ -197,6 +197,9 @@ class BatchOptions(_Checked):
                                     "subfolders of OUTDIR", "batch")
     skip_existing: bool = option(False, "leave outputs that already exist alone (a re-run continues a batch)",
                                  "batch")
+    jobs: int = option(2, "files restored at once: one's start overlaps another's end, and their decoding and "
+                          "encoding share the CPU's cores (each takes its own frames in flight, so more take "
+                          "more memory)", "batch", check=_between(1, 8))
 
 
 def value_type(owner: type, spec: dataclasses.Field) -> type:

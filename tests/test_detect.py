@@ -67,7 +67,7 @@ def test_detection_replayed_as_a_cuda_graph_finds_the_same_faces_without_waiting
     weights = shared_file("weights/retinaface_mobilenet0.25.pth")
     eager = FaceDetector("retinaface-mobile", weights=weights, device="cuda").detect_rgb(frames)
     graphed = FaceDetector("retinaface-mobile", weights=weights, device="cuda")
-    graphed.capture_graph(4, *frames.shape[2:])
+    graphed.fix_batch(4, *frames.shape[2:], graph=True)
     torch.cuda.set_sync_debug_mode("error")  # any host wait for the device raises
     try:
         pending = graphed.queue_rgb(frames)

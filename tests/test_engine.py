@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gpen_video.media.source import InputError
-from gpen_video.options import RestoreOptions
+from gpen_video.options import BatchOptions, JobOptions, RestoreOptions
+from gpen_video.pipeline.batch import restore_many
 from gpen_video.pipeline.engine import Engine
 from gpen_video.worker.device import DeviceWorker
 
@@ -53,30 +54,57 @@ def test_one_engine_runs_many_jobs_each_as_if_alone(small_gpen, tmp_path, built)
               corpus.encoded(tmp_path / "c.mkv", "ffv1", "yuv422p", frames=6)]
     photo = shared_file("media/images/whole_two_people.jpg")
     broken = corpus.size_change_ts(tmp_path / "broken.ts")  # fails half-way, at the change of size
-    engine = Engine(_options(small_gpen), progress=False)
     together = tmp_path / "together"
     together.mkdir()
-    engine.restore(videos[0], together / "a.mkv")
-    with pytest.raises(InputError, match="changes size"):
-        engine.restore(broken, together / "broken.mkv")
-    assert not list(together.glob("*broken*")) and not list(together.glob(".*"))
-    for video in videos[1:]:
-        engine.restore(video, together / f"{video.stem}.mkv")
-    engine.restore(photo, together / "photo.png")
+    with Engine(_options(small_gpen), progress=False) as engine:
+        engine.restore(videos[0], together / "a.mkv")
+        with pytest.raises(InputError, match="changes size"):
+            engine.restore(broken, together / "broken.mkv")
+        assert not list(together.glob("*broken*")) and not list(together.glob(".*"))
+        for video in videos[1:]:
+            engine.restore(video, together / f"{video.stem}.mkv")
+        engine.restore(photo, together / "photo.png")
     assert len(built) == 1  # one worker for five jobs
 
     for video in videos:
-        alone = tmp_path / f"alone-{video.stem}.mkv"
-        Engine(_options(small_gpen), progress=False).restore(video, alone)
-        _assert_same_video(together / f"{video.stem}.mkv", alone)
-    alone_photo = tmp_path / "alone.png"
-    Engine(_options(small_gpen), progress=False).restore(photo, alone_photo)
-    assert (together / "photo.png").read_bytes() == alone_photo.read_bytes()
+        _assert_same_video(together / f"{video.stem}.mkv", _alone(small_gpen, video, tmp_path))
+    assert (together / "photo.png").read_bytes() == _alone(small_gpen, photo, tmp_path).read_bytes()
+
+
+def _alone(weights: Path, source: Path, tmp_path: Path) -> Path:
+    """``source`` restored by an engine of its own, the only job it runs."""
+    output = tmp_path / "alone" / (source.stem + (".png" if source.suffix == ".jpg" else ".mkv"))
+    output.parent.mkdir(exist_ok=True)
+    if not output.exists():
+        with Engine(_options(weights), progress=False) as engine:
+            engine.restore(source, output)
+    return output
+
+
+def test_jobs_at_once_share_the_workers_and_each_comes_out_as_if_alone(small_gpen, tmp_path, built):
+    """Four files restored at once on one engine, their batches interleaved on its one worker; one
+    of them fails half-way, which costs only itself."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    videos = [corpus.encoded(inputs / "a.mp4", "libx264", "yuv420p", frames=12),
+              corpus.encoded(inputs / "c.mkv", "ffv1", "yuv422p", frames=9),
+              corpus.interlaced(inputs / "b.mp4", top_first=False, frames=4, cut_at=8)]
+    corpus.size_change_ts(inputs / "broken.ts")
+    with Engine(_options(small_gpen), progress=False) as engine:
+        results = restore_many(engine, [inputs], tmp_path / "out", BatchOptions(name="{stem}.mkv", jobs=4),
+                               JobOptions(), progress=False)
+    assert len(built) == 1
+    assert [(r.input.name, bool(r.error)) for r in results] == [
+        ("a.mp4", False), ("b.mp4", False), ("broken.ts", True), ("c.mkv", False)]
+    assert "changes size" in results[2].error
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.mkv", "b.mkv", "c.mkv"]
+    for video in videos:
+        _assert_same_video(tmp_path / "out" / f"{video.stem}.mkv", _alone(small_gpen, video, tmp_path))
 
 
 def test_an_engine_that_has_not_run_a_job_has_loaded_nothing(small_gpen, tmp_path, built):
-    engine = Engine(_options(small_gpen), progress=False)
-    with pytest.raises(Exception, match="exists; pass --overwrite"):
+    with Engine(_options(small_gpen), progress=False) as engine, \
+            pytest.raises(Exception, match="exists; pass --overwrite"):
         existing = tmp_path / "out.mkv"
         existing.write_bytes(b"keep")
         engine.restore(corpus.encoded(tmp_path / "a.mp4", "libx264", "yuv420p", frames=2), existing)

@@ -185,6 +185,7 @@ def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_pa
 
     monkeypatch.setattr(device_module.DeviceWorker, "queue_restore", broken)
     out = tmp_path / "out.mp4"
+    before = set(threading.enumerate())
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="injected GPU fault"):
         restore_video(SAMPLE, out, batch_size=4, **_options(small_gpen))
@@ -192,7 +193,7 @@ def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_pa
     assert calls
     assert not out.exists() and list(tmp_path.iterdir()) == []
     stages = {"decode", "track", "encode"}
-    assert not [t for t in threading.enumerate() if t.name in stages or t.name.startswith("worker-")]
+    assert not [t for t in set(threading.enumerate()) - before if t.name in stages or t.name.startswith("worker-")]
 
 
 # A Ctrl-C (KeyboardInterrupt in the main thread) landing while the pipeline starts its stage

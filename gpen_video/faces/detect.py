@@ -121,7 +121,7 @@ class FaceDetector:
         self.detect_long_side = detect_long_side
         self.downscale_above = downscale_above
         self._priors: dict[tuple[int, int], torch.Tensor] = {}
-        self._graph_batch = 0  # with a CUDA graph: the batch every call is padded to
+        self._batch: dict[tuple[int, int], int] = {}  # (height, width) -> the batch calls are padded to
         self._mean = torch.tensor(_BGR_MEAN[::-1], device=self.device).view(1, 3, 1, 1)  # in RGB order
 
     def _priors_for(self, h: int, w: int) -> torch.Tensor:
@@ -131,14 +131,16 @@ class FaceDetector:
             self._priors[(h, w)] = PriorBox(self.cfg, image_size=(h, w)).forward().to(self.device)
         return self._priors[(h, w)]
 
-    def capture_graph(self, batch: int, height: int, width: int) -> None:
-        """Run the network as a CUDA graph from now on, captured here for ``batch`` frames of
-        ``height`` x ``width`` (other sizes are captured on first use); shorter batches are padded to
-        ``batch``. A GPU only."""
-        if not isinstance(self.net, GraphedModel):  # an engine captures again for each new frame size
+    def fix_batch(self, batch: int, height: int, width: int, graph: bool) -> None:
+        """Pad every later call on frames of ``height`` x ``width`` to ``batch`` frames (the largest
+        asked for that size), so that the network meets one shape per frame size, and run it once
+        now: its convolution algorithms are chosen here (about a second on a GPU's first call),
+        and with ``graph`` (a GPU only) the network becomes a CUDA graph, captured here."""
+        if graph and not isinstance(self.net, GraphedModel):
             self.net = GraphedModel(self.net)
-        self._graph_batch = batch
-        self.detect_rgb(torch.zeros(batch, 3, height, width, device=self.device))
+        if self._batch.get((height, width), 0) < batch:
+            self._batch[(height, width)] = batch
+            self.detect_rgb(torch.zeros(batch, 3, height, width, device=self.device))
 
     def detect(self, frames: torch.Tensor | np.ndarray) -> list[list[Face]]:
         """Faces in each of ``frames``: uint8 RGB, (N, H, W, 3), on any device. Best score first."""
@@ -162,7 +164,7 @@ class FaceDetector:
             scale = self.detect_long_side / max(h, w)
             x = F.interpolate(x, size=(round(h * scale), round(w * scale)), mode="bilinear", align_corners=False)
         x = x.flip(1).to(self.dtype)  # RGB -> BGR
-        loc, conf, landm = (t[: len(x)] for t in self.net(padded(x, self._graph_batch)))
+        loc, conf, landm = (t[: len(x)] for t in self.net(padded(x, self._batch.get((h, w), 0))))
         priors = self._priors_for(x.shape[2], x.shape[3])
         scores = conf[:, :, 1].float()
         # Decoded coordinates are fractions of the image: scaling by the original size maps them back.

@@ -1,14 +1,17 @@
 """Many inputs in one call: ``gpen-video IN1 IN2 ... OUTDIR`` or ``gpen-video INDIR OUTDIR``.
 
-Every job runs on one :class:`~.engine.Engine`, so the weights load and the workers compile once.
-A bad file gets its one-line error and no output; the others go on. One progress bar covers the
+Every job runs on one :class:`~.engine.Engine`, so the weights load and the workers compile once,
+and ``--jobs`` files run at once on its workers, so that one's start overlaps another's end. A bad
+file gets its one-line error and no output; the others go on. One progress bar covers the
 batch; the report lists every file with its result.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,32 +113,57 @@ def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch
     # --compile auto decides on the whole batch's work, less the outputs --skip-existing leaves alone.
     engine.planned_frames = sum(frames[s] for s, out in jobs if not (batch.skip_existing and out.exists()))
     bar = tqdm(total=sum(frames.values()), unit="frame", disable=not progress, dynamic_ncols=True)
-    results, faces = [], [0]
+    counts = {"finished": 0, "faces": 0}
+    lock = threading.Lock()  # the jobs' threads share the bar and the report
 
-    def on_frame(count: int, found: int) -> None:
-        faces[0] += found
-        bar.update(count)
-        bar.set_postfix(files=f"{len(results)}/{len(jobs)}", faces=faces[0], refresh=False)
+    def run(source: Path, output: Path) -> JobResult:
+        result, written = JobResult(source, output), [0]
 
-    try:
-        for source, output in jobs:
-            result = JobResult(source, output)
-            if batch.skip_existing and output.exists():
-                result.skipped = True
-                bar.update(frames[source])
-            else:
-                done = bar.n
-                try:
-                    output.parent.mkdir(parents=True, exist_ok=True)
-                    tracks = job.tracks_out / output.with_suffix(".json").name if job.tracks_out else None
-                    result.summary = engine.restore(source, output, dataclasses.replace(job, tracks_out=tracks),
-                                                    on_frame=on_frame)
-                except Exception as exc:  # this file's failure; the next file is another job
-                    result.error = error_line(exc)
-                bar.update(done + frames[source] - bar.n)  # a file that ended early counts as done
-            results.append(result)
+        def on_frame(count: int, found: int) -> None:
+            with lock:
+                written[0] += count
+                counts["faces"] += found
+                bar.update(count)
+                bar.set_postfix(files=f"{counts['finished']}/{len(jobs)}", faces=counts["faces"], refresh=False)
+
+        if batch.skip_existing and output.exists():
+            result.skipped = True
+        else:
+            try:
+                output.parent.mkdir(parents=True, exist_ok=True)
+                tracks = job.tracks_out / output.with_suffix(".json").name if job.tracks_out else None
+                result.summary = engine.restore(source, output, dataclasses.replace(job, tracks_out=tracks),
+                                                on_frame=on_frame)
+            except Exception as exc:  # this file's failure; the other files are other jobs
+                result.error = error_line(exc)
+        with lock:
+            counts["finished"] += 1
+            bar.update(frames[source] - written[0])  # a file skipped or ended early counts as done
             if report is not None:
                 report(result)
+        return result
+
+    threads = ThreadPoolExecutor(max_workers=batch.jobs, thread_name_prefix="job")
+    futures = [threads.submit(run, source, output) for source, output in jobs]
+    try:
+        return [future.result() for future in futures]
+    except BaseException:  # Ctrl-C: the files not started stay undone, the running ones stop and leave nothing
+        for future in futures:
+            future.cancel()
+        engine.interrupt()
+        _wait_through_interrupts(futures)
+        raise
     finally:
+        threads.shutdown(wait=False)
         bar.close()
-    return results
+
+
+def _wait_through_interrupts(futures: list[Future]) -> None:
+    """Wait until every started job has stopped, even through another Ctrl-C: a job still running
+    when the process exits would leave its partial output."""
+    while True:
+        try:
+            wait(futures)
+            return
+        except KeyboardInterrupt:
+            continue

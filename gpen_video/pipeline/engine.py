@@ -1,13 +1,15 @@
 """The engine: the weights and one worker per device, loaded and compiled once, then any number
-of jobs (videos and images), each with its own output; one job's failure leaves the engine ready
-for the next. Every check a job makes comes before any work, and before the engine's first
-(slow) start: a wrong option never costs a download or a compile."""
+of jobs (videos and images), each with its own output, one after another or several at once on
+the same workers; one job's failure leaves the engine ready for the others. Every check a job
+makes comes before any work, and before the engine's first (slow) start: a wrong option never
+costs a download or a compile."""
 
 from __future__ import annotations
 
 import logging
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,7 +28,8 @@ from ..media.writer import CONTAINERS, VideoWriter
 from ..model.weights import load_gpen_weights
 from ..options import JobOptions, RestoreOptions, UsageError
 from ..worker.device import DeviceWorker, compile_cache
-from .job import FrameSource, Pipeline, Writer, frames_per_batch
+from .job import FrameSource, Job, Writer, frames_per_batch
+from .scheduler import WorkerPool
 
 log = logging.getLogger(__name__)
 FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)
@@ -103,13 +106,20 @@ def check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str]
 
 class Engine:
     """Restores any number of videos and images with one set of options. The weights load and the
-    workers are built (and compiled) on the first job, once it has passed its checks."""
+    workers are built (and compiled) on the first job, once it has passed its checks. Jobs may run
+    from several threads at once; they share the workers. Close it (or use ``with``) to stop the
+    workers' threads."""
 
     def __init__(self, options: RestoreOptions | None = None, progress: bool = True) -> None:
         self.options = options or RestoreOptions()
         self.progress = progress
         self.devices = self.options.devices()  # a missing GPU is an error before anything loads
         self._workers: list[DeviceWorker] | None = None
+        self._pool: WorkerPool | None = None
+        self._building = threading.Lock()  # jobs starting at once build the workers once
+        self._jobs: set[Job] = set()  # running, for interrupt()
+        self._jobs_lock = threading.Lock()
+        self._interrupted = False
         self._startup: dict[str, float] = {}  # how the first job's start-up went, until it reports it
         #: Frames of all the work planned (a batch's), which ``--compile auto`` decides on; None: the first job's.
         self.planned_frames: int | None = None
@@ -125,15 +135,37 @@ class Engine:
     def workers(self, frames: int | None) -> list[DeviceWorker]:
         """The workers, built on first use (weights loaded, downloaded on first use; compiled for
         the planned work, else the first job's ``frames``), then the same for every job."""
-        if self._workers is None:
-            start = time.perf_counter()
-            state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
-            loaded = time.perf_counter()
-            compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
-            self._workers = [DeviceWorker(state_dict, self.options, device, compiled) for device in self.devices]
-            label = "workers (compiling)" if any(w.compiled for w in self._workers) else "workers"
-            self._startup = {"weights": loaded - start, label: time.perf_counter() - loaded}
+        with self._building:
+            if self._workers is None:
+                start = time.perf_counter()
+                state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
+                loaded = time.perf_counter()
+                compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
+                workers = [DeviceWorker(state_dict, self.options, device, compiled) for device in self.devices]
+                label = "workers (compiling)" if any(w.compiled for w in workers) else "workers"
+                self._startup = {"weights": loaded - start, label: time.perf_counter() - loaded}
+                self._pool = WorkerPool(workers)
+                self._workers = workers
         return self._workers
+
+    def close(self) -> None:
+        """Stop the workers' threads (once no job runs). The engine cannot run jobs after this."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def interrupt(self) -> None:
+        """Stop every running job as Ctrl-C would, and any that starts later: each raises
+        KeyboardInterrupt and leaves no output."""
+        with self._jobs_lock:
+            self._interrupted = True
+            for job in self._jobs:
+                job.failed(KeyboardInterrupt())
 
     def _take_startup(self) -> dict[str, float]:
         startup, self._startup = self._startup, {}
@@ -220,9 +252,9 @@ class Engine:
         tracks = None
         lowered = [w.out_of_memory for w in workers]
         try:
-            batch_frames = frames_per_batch(self.options.batch_size, width * height)
-            for worker in workers:
-                worker.capture_detection(batch_frames, height, width)
+            # Never more frames to a batch than the job has: a photo's detection runs on one frame.
+            batch_frames = min(frames_per_batch(self.options.batch_size, width * height),
+                               frames or self.options.batch_size)
             tracks = TracksWriter(Path(job.tracks_out)) if job.tracks_out else None
             bar = tqdm(total=frames, initial=start_frame, unit="frame",
                        disable=not self.progress or on_frame is not None, dynamic_ncols=True)
@@ -235,11 +267,17 @@ class Engine:
                 if on_frame is not None:
                     on_frame(done, found)
 
-            pipeline = Pipeline(source, writer, workers, tracker, batch_frames=batch_frames, tracks=tracks,
-                                on_frame=count, start_frame=start_frame, fields=fields, fps=fps)
+            running = Job(source, writer, self._pool, tracker, batch_frames, height, width, tracks=tracks,
+                          on_frame=count, start_frame=start_frame, fields=fields, fps=fps)
+            with self._jobs_lock:
+                if self._interrupted:
+                    raise KeyboardInterrupt
+                self._jobs.add(running)
             try:
-                result = pipeline.run()
+                result = running.run()
             finally:
+                with self._jobs_lock:
+                    self._jobs.discard(running)
                 bar.close()
         except BaseException:
             writer.abort()

@@ -1,16 +1,13 @@
-"""The threaded pipeline: decode -> detect (devices) -> track (in order) -> restore (devices) -> encode.
+"""One job through the stages: decode -> detect (workers) -> track (in order) -> restore (workers) -> encode.
 
-Decoding and encoding are CPU stages in their own threads; each device (GPU, or the CPU) has a
-worker thread. Any free worker takes the next detection batch; a restoration batch goes back to
-the device that detected its frames, which still holds them, and comes first, so finished work
-drains before new work enters. A worker collects a detection or restoration batch only once the
-next of its kind is queued behind it (or it has nothing else to do), so the device is never left
-without work while the host reads results back and prepares the next batch.
-Tracking needs the frames in order, so it runs in one thread between the two device stages. A
-semaphore caps the frames in flight, which keeps memory flat whatever the video's length; batches
-hold fewer frames the larger they are, which bounds it in bytes whatever the frame size. The
-encoder writes frames strictly in order.
-Any stage's error stops every stage and reaches the caller; nothing is left at OUTPUT.
+Decoding, tracking and encoding are threads of the job's own; the device work goes to the
+workers of a :class:`~.scheduler.WorkerPool`, which several jobs can share at once, so that one
+job's start overlaps the previous one's end. Tracking needs the frames in order, so it runs in
+one thread between the two device stages. A semaphore caps the job's frames in flight, which
+keeps memory flat whatever the video's length; batches hold fewer frames the larger they are,
+which bounds it in bytes whatever the frame size. The encoder writes frames strictly in order.
+Any stage's error stops every stage of the job and reaches the caller; nothing is left at
+OUTPUT, and the pool goes on with the other jobs.
 """
 
 from __future__ import annotations
@@ -19,14 +16,11 @@ import contextlib
 import queue
 import threading
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import av
-import numpy as np
-import torch
 
 from ..faces.track import FaceTracker, TrackedFrame
 from ..faces.tracks_file import TracksWriter
@@ -46,17 +40,10 @@ from ..worker.messages import (
     ToEncode,
     TrackerInput,
     TrackingDone,
-    Worker,
-    WorkersDone,
-    WorkerTask,
 )
-from ..worker.transfer import Pending
+from .scheduler import QUEUED_DETECTIONS, QUEUED_RESTORATIONS, WorkerPool
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
-#: Restoration batches a worker keeps queued on its device before it collects the oldest.
-QUEUED_RESTORATIONS = 2
-#: Detection batches likewise: a worker collects a detection once the next is queued, not at once.
-QUEUED_DETECTIONS = 2
 #: The frame size batches are counted for (1080p); larger frames get fewer per batch.
 REFERENCE_PIXELS = 1920 * 1080
 
@@ -107,52 +94,6 @@ class PipelineResult:
     first_frame_at: float | None  # time.perf_counter() when the first frame was written (None: no frame)
 
 
-class _Tasks:
-    """Work for the device workers. Detection batches go to whichever worker is free; a restoration
-    batch goes to a worker of the device that holds its frames since their detection (any worker
-    when it is None), and comes first, so finished work drains before new work enters."""
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self.ready = threading.Condition()
-        self.detect: deque[DetectBatch] = deque()
-        self.restore: defaultdict[torch.device | None, deque[RestoreBatch]] = defaultdict(deque)
-        self.closed = False  # no more work: workers exit once their queues are empty
-
-    def put(self, task: DetectBatch | RestoreBatch) -> None:
-        with self.ready:
-            if isinstance(task, DetectBatch):
-                self.detect.append(task)
-            else:
-                self.restore[task.device].append(task)
-            self.ready.notify_all()
-
-    def close(self) -> None:
-        with self.ready:
-            self.closed = True
-            self.ready.notify_all()
-
-    def take(self, device: torch.device, wait: bool) -> WorkerTask | None:
-        """The next task for a worker on ``device``; without ``wait``, None when there is none yet."""
-        with self.ready:
-            while True:
-                if self.stop.is_set():
-                    raise Stopped
-                for waiting in (self.restore[device], self.restore[None], self.detect):
-                    if waiting:
-                        return waiting.popleft()
-                if self.closed:
-                    return WorkersDone()
-                if not wait:
-                    return None
-                self.ready.wait(timeout=_POLL)
-
-    def clear(self) -> None:
-        with self.ready:
-            self.detect.clear()
-            self.restore.clear()
-
-
 def _restore_cut(faces: list[int], face_batch: int) -> int:
     """How many frames of a full restoration batch to send, given each frame's face count: the
     cut in its second half that leaves the fewest empty places in the last GPEN batch (compiled
@@ -183,33 +124,34 @@ def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:
     return per_worker * (workers + 1) + lookahead + batch_frames
 
 
-class Pipeline:
-    """Runs one video through the stages; :meth:`run` returns when the output is complete."""
+class Job:
+    """One video (or photo) through the stages, its device work done by ``pool``'s workers;
+    :meth:`run` returns when the output is complete. ``height`` x ``width`` is the pictures'
+    upright size, which the workers prepare their detection for."""
 
-    def __init__(self, source: FrameSource, writer: Writer, workers: list[Worker], tracker: FaceTracker,
-                 batch_frames: int, tracks: TracksWriter | None = None,
+    def __init__(self, source: FrameSource, writer: Writer, pool: WorkerPool, tracker: FaceTracker,
+                 batch_frames: int, height: int, width: int, tracks: TracksWriter | None = None,
                  on_frame: Callable[[int, int], None] | None = None, start_frame: int = 0,
                  fields: FieldOrder | None = None, fps: float = 25.0) -> None:
         self.source = source
+        self.height, self.width = height, width
         # An interlaced video's fields travel as pictures of their own, two per frame (media.fields);
         # every count below is of pictures, and the encoder weaves each frame's back together.
         self.fields = fields
         self.field_time = 0.5 / fps
         self.pictures_per_frame = 2 if fields is not None else 1
         self.writer = writer
-        self.workers = workers
+        self.pool = pool
         self.tracker = tracker
-        self.batch = batch_frames
-        self.face_batch = workers[0].face_batch  # GPEN's batch, which restoration batches are cut to fill
+        self.batch_frames = batch_frames
         self.tracks = tracks
         self.on_frame = on_frame or (lambda frames, faces: None)
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
         self.clock = StageClock()
-        self.tasks = _Tasks(self.stop)
-        self.detected: queue.Queue[TrackerInput] = queue.Queue()
+        self.detected_batches: queue.Queue[TrackerInput] = queue.Queue()
         self.to_encode: queue.Queue[EncoderInput | av.Packet] = queue.Queue()
-        self.slots = threading.Semaphore(frames_in_flight(len(workers), batch_frames, tracker.lookahead))
+        self.slots = threading.Semaphore(frames_in_flight(len(pool.workers), batch_frames, tracker.lookahead))
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
         self.first_frame_at: float | None = None
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
@@ -218,7 +160,7 @@ class Pipeline:
         self.first_tracked = max(0, self.start_frame - tracker.context)
         self.frames_decoded = 0
         # GPU workers upload from pinned buffers; the decode thread fills them, off the workers' thread.
-        self.stage_for_gpu = any(w.device.type == "cuda" for w in workers)
+        self.stage_for_gpu = any(w.device.type == "cuda" for w in pool.workers)
         # Stage threads running, counted by the stages themselves: an interrupted Thread.join()
         # can report a thread as finished while it still runs, and a Ctrl-C inside Thread.start()
         # leaves unknown whether the thread exists. Once shutting down, a stage that only then
@@ -226,6 +168,25 @@ class Pipeline:
         self.active = 0
         self.shutting_down = False
         self.running = threading.Condition()
+
+    # ---- what the pool's workers report (scheduler.JobPort) ----------------------------------------
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop.is_set()
+
+    def detected(self, result: Detected) -> None:
+        self.detected_batches.put(result)
+
+    def restored(self, result: ToEncode) -> None:
+        self.to_encode.put(result)
+
+    def failed(self, error: BaseException) -> None:
+        self.errors.append(error)
+        self.stop.set()
+
+    def busy(self, stage: str, seconds: float) -> None:
+        self.clock.add(stage, seconds)
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -294,57 +255,12 @@ class Pipeline:
                     picture.buffers.stage(stage_planes(picture.frame, pinned=True))
                     self.clock.add("decode", time.perf_counter() - t0)
                 batch.append(picture)
-                if len(batch) == self.batch:
-                    self.tasks.put(DetectBatch(batch))
+                if len(batch) == self.batch_frames:
+                    self.pool.submit(self, DetectBatch(batch))
                     batch = []
         if batch:
-            self.tasks.put(DetectBatch(batch))
-        self.detected.put(DecodingDone(self.frames_decoded))
-
-    def _work(self, worker: Worker) -> None:
-        # Batches queued on the device, oldest first. The oldest of each kind is collected once
-        # another is queued behind it, so the device always has the next one, or once there is
-        # nothing else to do: a detection first, as its results become the next restorations.
-        # On a GPU, detection runs in a stream of its own.
-        detecting: deque[tuple[list[SourceFrame], Pending[tuple[list, np.ndarray]]]] = deque()
-        restoring: deque[tuple[list[SourceFrame], Pending[list[Restored]]]] = deque()
-        while True:
-            task = self.tasks.take(worker.device, wait=not (detecting or restoring))
-            if task is None:
-                if detecting:
-                    self._detected(worker, *detecting.popleft())
-                else:
-                    self._collect(worker, *restoring.popleft())
-                continue
-            if isinstance(task, WorkersDone):
-                while restoring:
-                    self._collect(worker, *restoring.popleft())
-                return
-            t0 = time.perf_counter()
-            if isinstance(task, DetectBatch):
-                detecting.append((task.frames, worker.queue_detect(task.frames)))
-                self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
-                if len(detecting) >= QUEUED_DETECTIONS:
-                    self._detected(worker, *detecting.popleft())
-            else:
-                restoring.append((task.frames, worker.queue_restore(task.frames, task.faces())))
-                self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
-                if len(restoring) >= QUEUED_RESTORATIONS:
-                    self._collect(worker, *restoring.popleft())
-
-    def _detected(self, worker: Worker, frames: list[SourceFrame],
-                  pending: Pending[tuple[list, np.ndarray]]) -> None:
-        t0 = time.perf_counter()
-        faces, thumbnails = pending.result()
-        self.clock.add(f"detect[{worker.device}]", time.perf_counter() - t0)
-        self.detected.put(Detected(frames, faces, thumbnails))
-
-    def _collect(self, worker: Worker, frames: list[SourceFrame], pending: Pending[list[Restored]]) -> None:
-        t0 = time.perf_counter()
-        restored = pending.result()
-        self.clock.add(f"restore[{worker.device}]", time.perf_counter() - t0)
-        for source, result in zip(frames, restored):
-            self.to_encode.put(ToEncode(source, result))
+            self.pool.submit(self, DetectBatch(batch))
+        self.detected_batches.put(DecodingDone(self.frames_decoded))
 
     def _track(self) -> None:
         """Puts detection batches back in order and tracks frame by frame."""
@@ -354,7 +270,8 @@ class Pipeline:
         batch: list[tuple[SourceFrame, TrackedFrame]] = []
 
         def send(pairs: list[tuple[SourceFrame, TrackedFrame]]) -> None:
-            self.tasks.put(RestoreBatch(pairs[0][0].buffers.device, [s for s, _ in pairs], [t for _, t in pairs]))
+            self.pool.submit(self, RestoreBatch(pairs[0][0].buffers.device, [s for s, _ in pairs],
+                                                [t for _, t in pairs]))
 
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
@@ -374,19 +291,19 @@ class Pipeline:
                     batch = [(source, tracked)]
                 else:
                     batch.append((source, tracked))
-                if len(batch) == self.batch:
-                    cut = _restore_cut([len(t.faces) for _, t in batch], self.face_batch)
+                if len(batch) == self.batch_frames:
+                    cut = _restore_cut([len(t.faces) for _, t in batch], self.pool.face_batch)
                     send(batch[:cut])
                     batch = batch[cut:]
                 # Faces may be sparse: a batch also leaves once its first frame is `batch` frames old,
                 # since the encoder waits for that frame and the frames in flight are capped.
-                if batch and tracked.index - batch[0][0].index >= self.batch:
+                if batch and tracked.index - batch[0][0].index >= self.batch_frames:
                     send(batch)
                     batch = []
 
         total: int | None = None
         while total is None or next_index < total:
-            message = self._get(self.detected)
+            message = self._get(self.detected_batches)
             if isinstance(message, DecodingDone):
                 total = message.pictures
                 continue
@@ -446,19 +363,12 @@ class Pipeline:
         threads = [threading.Thread(target=self._guard(self._decode), name="decode"),
                    threading.Thread(target=self._guard(self._track), name="track"),
                    threading.Thread(target=self._guard(self._encode), name="encode")]
-        threads += [threading.Thread(target=self._guard(lambda w=w: self._work(w)), name=f"worker-{w.device}")
-                    for w in self.workers]
         try:
             for t in threads:
                 t.start()
-            threads[2].join()  # the encoder finishes last when all goes well
-            if not self.errors:
-                self.tasks.close()
             for t in threads:
                 while t.is_alive():
                     t.join(timeout=_POLL)
-                    if self.errors:
-                        self.stop.set()
         except BaseException:  # Ctrl-C lands in the main thread: stop the stages, then let it propagate
             self._shut_down(threads)
             raise
@@ -487,8 +397,8 @@ class Pipeline:
         for t in threads:
             if t.ident is not None:
                 t.join()
-        self.tasks.clear()  # frames and packets go while FFmpeg is open
-        for q in (self.detected, self.to_encode):
+        self.pool.forget(self)  # frames and packets go while FFmpeg is open
+        for q in (self.detected_batches, self.to_encode):
             while not q.empty():
                 q.get_nowait()
         self.writer.abort()

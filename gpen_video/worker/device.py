@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -94,14 +95,20 @@ class DeviceWorker:
         self.face_batch = options.batch_size  # faces per GPEN call; halved for good on out-of-memory
         self.out_of_memory = 0  # times the batch was halved
         self.model: Callable[[torch.Tensor], torch.Tensor] = model
+        self._warming: threading.Thread | None = None
         if self.compiled:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache())
             self.model = GraphedModel(torch.compile(model, fullgraph=True, dynamic=False))
             # Compile and capture now, in the caller's thread: workers must not compile concurrently
             # (dynamo is not thread-safe), and the 30-odd seconds belong before the first frame.
             log.info("compiling GPEN for %s (once per run, about half a minute)", self.device)
-            with torch.no_grad():
-                self.model(torch.zeros(self.face_batch, 3, self.crop_size, self.crop_size, device=self.device))
+            self._warm_up()
+        elif self.device.type == "cuda":
+            # The first call of each batch shape chooses the convolutions' algorithms, about 2 s
+            # for GPEN-512 on an H200: done now, beside the detector's start and the first frames'
+            # detection, instead of after them (GPU batches are all padded to one shape).
+            self._warming = threading.Thread(target=self._warm_up, name=f"gpen-warm-up-{self.device}", daemon=True)
+            self._warming.start()
         # The detector runs in fp32: in fp16 RetinaFace found none of the ~6 small faces per frame of
         # the 1080p crowd clip on an H200 (fp32 found all), and it is a small share of the work.
         self.detector = FaceDetector(options.detector, options.detector_weights, device=self.device,
@@ -111,17 +118,24 @@ class DeviceWorker:
         self.reference = reference_points(self.crop_size)
         self.detect_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
+    @torch.no_grad()
+    def _warm_up(self) -> None:
+        """One GPEN batch of zeros: the host's choices for its shape are made once it is queued."""
+        self.model(torch.zeros(self.face_batch, 3, self.crop_size, self.crop_size, device=self.device))
+
     def _detecting(self) -> contextlib.AbstractContextManager:
         """Work in this block runs on the detection stream (on a GPU)."""
         return torch.cuda.stream(self.detect_stream) if self.detect_stream is not None else contextlib.nullcontext()
 
-    def capture_detection(self, frames: int, height: int, width: int) -> None:
-        """With compilation on a GPU, capture the detector as a CUDA graph now, for batches of
-        ``frames`` upright frames of ``height`` x ``width``: each detection is then one launch
-        instead of ~200 calls from the worker's thread, and no capture falls inside the run."""
-        if self.compiled:
+    def prepare_detection(self, frames: int, height: int, width: int) -> None:
+        """Ready the detector for batches of up to ``frames`` upright frames of ``height`` x
+        ``width`` (once per size; the pool calls it before each detection). On a GPU every batch
+        is padded to one shape, whose convolution algorithms are chosen here; compiled, the
+        detector also becomes a CUDA graph: one launch instead of ~200 calls from the worker's
+        thread."""
+        if self.device.type == "cuda":
             with self._detecting():
-                self.detector.capture_graph(frames, height, width)
+                self.detector.fix_batch(frames, height, width, graph=self.compiled)
 
     def _upload(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
         """The frames' planes on the device, (N, h, w) per plane: from the buffers the decoder
@@ -188,18 +202,22 @@ class DeviceWorker:
 
     @torch.no_grad()
     def _gpen(self, crops: torch.Tensor) -> torch.Tensor:
-        """Restored crops in [0, 255], in fixed-size batches (padded) so compiled graphs are reused.
+        """Restored crops in [0, 255], in fixed-size batches on a GPU (padded), so that a compiled
+        graph is reused and eager convolutions keep the algorithms chosen for that shape.
 
         On CUDA out-of-memory the batch is halved for good and the same faces are run again: no
         face is dropped or repeated.
         """
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
         out = []
         start = 0
         while start < len(crops):
             batch = self.face_batch
             chunk = crops[start : start + batch]
             n = len(chunk)
-            if self.compiled:
+            if self.device.type == "cuda":
                 chunk = padded(chunk, batch)
             try:
                 y = self.model(chunk / 127.5 - 1.0)[:n]  # official normalisation: (x/255 - 0.5) / 0.5

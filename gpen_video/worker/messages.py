@@ -40,7 +40,7 @@ class Worker(Protocol):
     face_batch: int  # faces per GPEN call now (lowered after running out of memory)
     out_of_memory: int  # times the GPEN batch was lowered
 
-    def capture_detection(self, frames: int, height: int, width: int) -> None: ...
+    def prepare_detection(self, frames: int, height: int, width: int) -> None: ...
 
     def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]: ...
 
@@ -89,11 +89,6 @@ class RestoreBatch:
 
 
 @dataclass
-class WorkersDone:
-    """No more work will come: a worker finishes what it holds and stops."""
-
-
-@dataclass
 class ToEncode:
     """A picture for the encoder, restored (``result``) or as decoded (None)."""
 
@@ -108,6 +103,5 @@ class TrackingDone:
     pictures: int
 
 
-WorkerTask = DetectBatch | RestoreBatch | WorkersDone
 TrackerInput = Detected | DecodingDone
 EncoderInput = ToEncode | TrackingDone  # and av.Packet: another stream's packet, muxed as it is
