@@ -5,7 +5,8 @@ in one run on one machine:
 
 - transcode: each clip decoded and re-encoded by the tool's own reader and writer, no restoration
   (the floor), summed over the clips;
-- batch: one ``gpen-video CLIPS/ OUT/`` process, start-up included;
+- batch: one ``gpen-video CLIPS/ OUT/`` process, start-up included, as a user gets it (``--jobs``
+  at its default: files overlapping), and again with ``--jobs 1`` (one file after another);
 - separate: ``--separate`` clips each restored by a ``gpen-video IN OUT`` process of its own,
   start-up included; the mean per call is what twenty calls would cost per clip.
 
@@ -70,10 +71,12 @@ def main() -> None:
             transcode_fps(clip, scratch, RestoreOptions())
         rows["transcode_s"] = round(time.perf_counter() - start, 2)
         rows["batch_s"] = round(cli(clips, Path(tmp) / "batch", *flags), 2)
+        rows["batch_jobs1_s"] = round(cli(clips, Path(tmp) / "batch-jobs1", *flags, "--jobs", "1"), 2)
         separate = [cli(c, Path(tmp) / f"alone-{c.name}", *flags) for c in sorted(clips.iterdir())[: args.separate]]
         rows["separate_mean_s"] = round(sum(separate) / len(separate), 2)
         rows["separate_first_s"] = round(separate[0], 2)
     rows["batch_over_transcode"] = round(rows["batch_s"] / rows["transcode_s"], 3)
+    rows["jobs1_over_batch"] = round(rows["batch_jobs1_s"] / rows["batch_s"], 3)
     rows["separate_over_batch"] = round(rows["separate_mean_s"] * args.clips / rows["batch_s"], 2)
     print(json.dumps(rows, indent=1))
     if args.json:

@@ -214,6 +214,12 @@ class FaceTracker:
         the lookahead of the frames before t, plus the scene-cut detector's history."""
         return 2 * self.lookahead + SceneCutDetector.HISTORY
 
+    @staticmethod
+    def prepare() -> None:
+        """Import what matching needs (SciPy, most of a second) now: the pipeline's track thread
+        calls this while it waits for the first detections, instead of paying it once they are back."""
+        import scipy.optimize  # noqa: F401
+
     def push(self, index: int, time: float, faces: list[Face], thumbnail: np.ndarray) -> list[TrackedFrame]:
         """Add the next frame (its detections and its :func:`scene_thumbnails`); returns the frames now final."""
         if self._cuts.is_cut(thumbnail):
@@ -264,7 +270,7 @@ class FaceTracker:
         distance = shift / (np.array([face_scale(f) for f in last]) * frames_apart)[:, None]
         allowed = (distance <= self.max_distance) & (iou >= self.min_iou)
         cost = np.where(allowed, distance + 1.0 - iou, 1e6)
-        from scipy.optimize import linear_sum_assignment  # here: SciPy's import takes most of a second
+        from scipy.optimize import linear_sum_assignment  # imported by prepare(), not with this module
 
         rows, cols = linear_sum_assignment(cost)
         return [(c, self._tracks[r]) for r, c in zip(rows, cols) if allowed[r, c]]

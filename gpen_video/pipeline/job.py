@@ -301,6 +301,7 @@ class Job:
                     send(batch)
                     batch = []
 
+        self.tracker.prepare()
         total: int | None = None
         while total is None or next_index < total:
             message = self._get(self.detected_batches)
