@@ -56,7 +56,8 @@ def test_pipeline_bench_smoke(tmp_path, golden):
 
 def test_batch_bench_smoke(tmp_path, golden):
     numbers = _smoke("batch_bench.py", tmp_path, golden)
-    assert numbers["clips"] == 3 and numbers["transcode_s"] > 0 and numbers["batch_s"] > 0
+    assert numbers["clips"] == 3 and numbers["transcode_s"] > 0
+    assert all(numbers[k] > 0 for k in ("batch_cold_s", "batch_s", "batch_jobs1_s"))
     assert numbers["separate_over_batch"] == round(numbers["separate_mean_s"] * 3 / numbers["batch_s"], 2)
 
 
