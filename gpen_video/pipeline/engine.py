@@ -34,8 +34,9 @@ from .scheduler import WorkerPool
 log = logging.getLogger(__name__)
 FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)
 #: ``--compile auto`` compiles from this many frames of work: compiled GPEN restores a one-face
-#: 1080p clip at 2.3x and a crowd at 5.4x the eager speed (~6.4 ms saved per face), and costs
-#: 6.4 s more start-up with a warm compile cache, 22.6 s with a cold one (BENCHMARKS.md, run AN).
+#: 1080p clip at 2.3x and a crowd at 5.4x the eager speed (~6.4 ms saved per face, run AN), and
+#: its first frame comes 5.1 s later with a warm compile cache, 23.7 s with a cold one (run AS):
+#: it pays from ~800 faces warm, ~3700 cold (BENCHMARKS.md).
 COMPILE_FROM_FRAMES = {"warm": 1000, "cold": 3500}
 
 
