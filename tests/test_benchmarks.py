@@ -64,6 +64,8 @@ def test_batch_bench_smoke(tmp_path, golden):
 def test_startup_bench_smoke(tmp_path, golden):
     numbers = _smoke("startup_bench.py", tmp_path, golden)
     assert numbers["import_s"] > 0
+    steps = list(numbers["steps"].values())
+    assert len(steps) == 12 and steps == sorted(steps) and steps[0] > 0
     for variant in ("eager", "compiled-cold", "compiled-warm"):
         row = numbers[variant]
         assert 0 < row["first_frame_s"] < row["wall_s"] and row["weights"] > 0 and row["workers"] > 0, variant
