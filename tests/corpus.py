@@ -119,6 +119,42 @@ def quicktime_mov(path: Path, seconds: float = 1.2) -> Path:
     return path
 
 
+def _gpmf(key: bytes, kind: bytes, size: int, items: bytes) -> bytes:
+    """One GPMF entry: a four-character key, a type, the size of one sample and their count, the
+    samples padded to 32 bits (GoPro's telemetry format; type ``\\0`` nests entries)."""
+    count = len(items) // size
+    return key + kind + bytes([size]) + count.to_bytes(2, "big") + items + bytes(-len(items) % 4)
+
+
+def _telemetry(second: int) -> bytes:
+    """A second of a GoPro's GPMF payload: a device holding an accelerometer stream (scaled int16
+    samples in m/s², x y z at 200 Hz, here four of them) with its name and units."""
+    samples = b"".join(int(v).to_bytes(2, "big", signed=True)
+                       for i in range(4) for v in (418 * (second + 1), -13 * i, 9 * i))
+    stream = _gpmf(b"STNM", b"c", 1, b"Accelerometer") + _gpmf(b"SIUN", b"c", 4, b"m/s2") \
+        + _gpmf(b"SCAL", b"s", 2, (418).to_bytes(2, "big")) + _gpmf(b"ACCL", b"s", 6, samples)
+    device = _gpmf(b"DVID", b"L", 4, (1).to_bytes(4, "big")) + _gpmf(b"DVNM", b"c", 1, b"HERO12 Black") \
+        + _gpmf(b"STRM", b"\0", 1, stream)
+    return _gpmf(b"DEVC", b"\0", 1, device)
+
+
+def gopro_mp4(path: Path, seconds: float = 1.2) -> Path:
+    """The talking head as a GoPro writes it: video, sound, and a GPMF telemetry track
+    (``gpmd``, handler "GoPro MET"), one payload a second (here every half second)."""
+    with av.open(str(_source())) as source, av.open(str(path), "w") as out:
+        video, audio = source.streams.video[0], source.streams.audio[0]
+        out_video, out_audio = out.add_stream_from_template(video), out.add_stream_from_template(audio)
+        telemetry = out.add_data_stream(codec_name="bin_data")
+        telemetry.metadata["handler_name"] = "GoPro MET"
+        _mux_copy(source, out, [(video, [out_video]), (audio, [out_audio])], seconds)
+        for n in range(int(seconds * 2) + 1):
+            packet = av.Packet(_telemetry(n))
+            packet.pts = packet.dts = n * 500
+            packet.duration, packet.time_base, packet.stream = 500, Fraction(1, 1000), telemetry
+            out.mux(packet)
+    return path
+
+
 def _jpeg(size: int = 64) -> tuple[bytes, int, int]:
     """One real frame of the talking head as a JPEG picture."""
     encoder = av.CodecContext.create("mjpeg", "w")

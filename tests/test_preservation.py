@@ -127,6 +127,23 @@ def test_a_camera_mov_keeps_its_timecode_reel_and_quicktime_keys(small_gpen, tmp
         assert timecode_in.metadata["reel_name"] == "A001C003"
 
 
+@pytest.mark.parametrize("ext", [".mp4", ".mov"])
+def test_a_gopro_clip_keeps_its_telemetry_track(small_gpen, tmp_path, ext):
+    """GPMF telemetry (accelerometer, gyroscope, GPS) is what action-camera editors overlay and
+    stabilise with: it must come out byte for byte, at its times."""
+    src = corpus.gopro_mp4(tmp_path / "in.mp4")
+    out = tmp_path / f"out{ext}"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    with av.open(str(out)) as container:
+        telemetry = container.streams[2]
+        assert (telemetry.type, telemetry.name, telemetry.metadata.get("handler_name")) == (
+            "data", "bin_data", "GoPro MET")
+    assert len(_packets(src, 2)) == 3 and _packets(out, 2) == _packets(src, 2)
+    assert out.read_bytes().count(b"gpmd") >= 1  # the sample entry a GoPro tool looks for
+
+
 @pytest.mark.parametrize(("ext", "how"), [(".mp4", "stream"), (".mkv", "attachment")])
 def test_cover_art_travels(small_gpen, tmp_path, ext, how):
     src = corpus.with_cover_art(tmp_path / "in.mp4")
@@ -266,20 +283,33 @@ def test_hdr10_metadata_travels_to_every_encoder_that_can_carry_it(small_gpen, t
     assert got.light_level == expected.light_level
 
 
-def test_an_encoder_without_hdr10_metadata_says_so(small_gpen, tmp_path):
+def test_prores_keeps_hdr10_metadata_in_mov_boxes_and_names_its_loss_in_mkv(small_gpen, tmp_path):
+    """ProRes has no place for HDR10's mastering display and light levels in its bitstream: MOV
+    holds them in the sample entry's boxes, which FFmpeg reads back into every decoded frame;
+    Matroska (through PyAV) cannot be given them, and the warning says so."""
     src = corpus.hdr10_hevc(tmp_path / "in.mp4")
+    expected, *tags = _hdr(src)
     run = gpen_video(small_gpen, src, tmp_path / "out.mov", "--codec", "prores_ks")
     assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    assert _hdr(tmp_path / "out.mov") == (expected, *tags[:2], "yuv422p10le")
+    with av.open(str(tmp_path / "out.mov")) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 12  # the file reads to its end
+    run = gpen_video(small_gpen, src, tmp_path / "out.mkv", "--codec", "prores_ks")
+    assert run.returncode == 0, run.stderr
     assert _warnings(run) == ["gpen-video: prores_ks cannot carry the input's HDR10 mastering display and content "
-                              "light level metadata; it is left out (the transfer and primaries tags are kept)"]
-    assert _hdr(tmp_path / "out.mov")[1:3] == (16, 9)
+                              "light level metadata in .mkv; it is left out (the transfer and primaries tags are "
+                              "kept; .mov and .mp4 hold it for any codec)"]
+    assert _hdr(tmp_path / "out.mkv")[:3] == (None, *tags[:2])
 
 
 @pytest.mark.parametrize(("build", "name", "ext", "warning"), [
     (corpus.quicktime_mov, "in.mov", ".mkv", "timecode track #2 is kept only as the video stream's timecode tag: "
                                              ".mkv has no timecode tracks"),
     (corpus.with_cover_art, "in.mp4", ".webm", "cover art stream #2 (mjpeg) is left out: .webm cannot hold it"),
-], ids=["timecode into mkv", "cover art into webm"])
+    (corpus.gopro_mp4, "in.mp4", ".mkv", "data track #2 (GoPro MET) is left out: .mkv cannot hold data tracks "
+                                         "(.mp4 and .mov can)"),
+], ids=["timecode into mkv", "cover art into webm", "telemetry into mkv"])
 def test_what_a_container_cannot_hold_is_named(small_gpen, tmp_path, build, name, ext, warning):
     src = build(tmp_path / name)
     run = gpen_video(small_gpen, src, tmp_path / f"out{ext}")

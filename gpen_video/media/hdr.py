@@ -8,6 +8,7 @@ alone travel with every encoder (see writer.py).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -58,6 +59,20 @@ class HdrMetadata:
         if self.light_level is not None:
             parts.append("content light level")
         return " and ".join(parts)
+
+    def sample_entry_boxes(self) -> dict[bytes, bytes]:
+        """The MP4/MOV boxes of this metadata (ISO/IEC 23001-8 as ISO BMFF and QuickTime hold
+        it): ``mdcv``, primaries in green, blue, red order and the white point in 1/50000,
+        luminance max then min in 1/10000 cd/m²; ``clli``, MaxCLL then MaxFALL."""
+        boxes = {}
+        primaries = (self.green, self.blue, self.red, self.white)
+        if all(p is not None for p in primaries) and self.luminance is not None:
+            low, high = self.luminance
+            boxes[b"mdcv"] = struct.pack(">8H2I", *(round(v * 50000) for xy in primaries for v in xy),
+                                         round(high * 10000), round(low * 10000))
+        if self.light_level is not None:
+            boxes[b"clli"] = struct.pack(">2H", *self.light_level)
+        return boxes
 
     def encoder_params(self, encoder: str) -> list[str]:
         """The parameters that make ``encoder`` write this metadata (in its own units), or []

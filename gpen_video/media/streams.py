@@ -1,5 +1,5 @@
 """Everything in the input besides the restored video, as the output keeps it: audio, subtitles,
-attachments, cover art, timecode, chapters, flags and metadata.
+attachments, cover art, timecode, telemetry, chapters, flags and metadata.
 
 Each input stream is copied packet for packet with its flags (default, forced, ...), language and
 title where the output container can hold it. What it cannot hold is converted when that loses
@@ -24,6 +24,11 @@ _OWN_KEYS = frozenset({"encoder", "major_brand", "minor_version", "compatible_br
 #: an attached-picture stream.
 _ATTACHMENTS = frozenset({".mkv"})
 _COVER_STREAMS = frozenset({".mp4", ".mov"})
+#: Data tracks copied packet for packet, and the containers that hold them: binary metadata such
+#: as a GoPro's GPMF telemetry (``gpmd``: accelerometer, gyroscope, GPS), which FFmpeg reads as
+#: ``bin_data`` and its MP4 and MOV muxers write back as ``gpmd``; Matroska takes no data tracks.
+_COPIED_DATA = frozenset({"bin_data"})
+_DATA_TRACKS = frozenset({".mp4", ".mov"})
 _IMAGE_TYPES = {"mjpeg": ("jpg", "image/jpeg"), "png": ("png", "image/png"), "bmp": ("bmp", "image/bmp")}
 #: ISO 639-2 codes as FFmpeg's MOV muxer spells them: it writes a MOV track's language only from
 #: QuickTime's old Macintosh language list, which uses the bibliographic form of some codes and
@@ -123,10 +128,12 @@ class CompanionStreams:
                 self._add_attachment(stream)
             elif stream.type == "data" and "timecode" in stream.metadata:
                 self._add_timecode(stream, video_out)
+            elif stream.type == "data" and stream.name in _COPIED_DATA:
+                self._add_data(stream)
             else:
                 self.warn(f"{stream.type} stream #{stream.index} ({_codec_name(stream)}) is left out: gpen-video "
-                          f"restores the first video stream and keeps audio, subtitles, attachments, cover art "
-                          f"and timecode beside it")
+                          f"restores the first video stream and keeps audio, subtitles, attachments, cover art, "
+                          f"timecode and telemetry (GoPro's gpmd) beside it")
         self._add_chapters(source)
 
     @property
@@ -180,6 +187,16 @@ class CompanionStreams:
         if self.ext not in _COVER_STREAMS:
             self.warn(f"timecode track #{stream.index} is kept only as the video stream's timecode tag: "
                       f"{self.ext} has no timecode tracks")
+
+    def _add_data(self, stream: av.stream.Stream) -> None:
+        """A binary metadata track (a GoPro's telemetry), copied packet for packet where it fits."""
+        if self.ext in _DATA_TRACKS:
+            out = self.output.add_stream_from_template(stream)
+            _copy_flags(stream, out, self.ext)
+            self.copies[stream.index] = out
+        else:
+            self.warn(f"data track #{stream.index} ({_codec_name(stream)}) is left out: {self.ext} cannot hold "
+                      f"data tracks (.mp4 and .mov can)")
 
     def _add_chapters(self, source: av.container.InputContainer) -> None:
         chapters = source.chapters()
