@@ -163,3 +163,33 @@ def test_audio_the_container_cannot_hold_is_re_encoded_with_a_warning(tmp_path):
         samples = np.concatenate([f.to_ndarray()[0] for f in c.decode(audio=0)])
     assert abs(len(samples) - rate * seconds) <= 2048
     assert np.abs(samples).max() > 0.1  # the tone survived
+
+
+def test_hdr10_boxes_go_into_the_video_sample_entry_once_and_ffmpeg_reads_them(tmp_path):
+    """Added to a finished MP4 (twice: a second call adds nothing), the boxes leave the samples
+    where they were and every decoded frame carries the metadata; a Matroska file is refused."""
+    from fractions import Fraction
+
+    from gpen_video.media.hdr import HdrMetadata
+    from gpen_video.media.isobmff import BoxError, add_sample_entry_boxes
+
+    from . import corpus
+
+    clip = corpus.with_cover_art(tmp_path / "clip.mp4")  # a cover picture beside the video: two picture streams
+    with av.open(str(clip)) as container:
+        before = [bytes(p) for p in container.demux(video=0) if p.size]
+    hdr = HdrMetadata(red=(Fraction(17, 25), Fraction(8, 25)), green=(Fraction(53, 200), Fraction(69, 100)),
+                      blue=(Fraction(3, 20), Fraction(3, 50)), white=(Fraction(3127, 10000), Fraction(329, 1000)),
+                      luminance=(Fraction(1, 200), Fraction(4000)), light_level=(1000, 400))
+    size = clip.stat().st_size
+    add_sample_entry_boxes(clip, hdr.sample_entry_boxes())
+    add_sample_entry_boxes(clip, hdr.sample_entry_boxes())
+    assert clip.stat().st_size == size + 8 + 24 + 8 + 4
+    with av.open(str(clip)) as container:
+        assert [bytes(p) for p in container.demux(video=0) if p.size] == before
+    with av.open(str(clip)) as container:
+        assert all(HdrMetadata.of(frame) == hdr for frame in container.decode(video=0))
+    mkv = tmp_path / "clip.mkv"
+    write_clip(mkv, np.zeros((2, 32, 32, 3), np.uint8), 25)
+    with pytest.raises(BoxError):
+        add_sample_entry_boxes(mkv, hdr.sample_entry_boxes())
