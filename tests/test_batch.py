@@ -21,12 +21,16 @@ CLIPS = {"speech.mp4": "media/videos/talking_head_speech_retalking2.mp4",
 
 def _timeline(path: Path) -> tuple[list[Fraction], list[tuple[Fraction | None, bytes]]]:
     """Every video frame's time, and every audio packet's time and bytes."""
-    with av.open(str(path)) as container:
-        frames = [f.pts * f.time_base for f in container.decode(video=0)]
+    frames = _frame_times(path)
     with av.open(str(path)) as container:
         audio = [(p.pts * p.time_base if p.pts is not None else None, bytes(p))
                  for p in container.demux(audio=0) if p.size]
     return frames, audio
+
+
+def _frame_times(path: Path) -> list[Fraction]:
+    with av.open(str(path)) as container:
+        return [f.pts * f.time_base for f in container.decode(video=0)]
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -76,3 +80,30 @@ def test_outputs_follow_the_name_template(small_gpen, tmp_path):
     assert run.returncode == 0, run.stderr
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
         "face_gpen.png", os.path.join("sub", "clip_gpen.mkv")]  # AVI cannot be written: Matroska
+
+
+def test_two_batches_on_one_folder_restore_each_file_once(small_gpen, tmp_path):
+    """Two users (or a retry while the first run goes on) point batches at the same OUTDIR: every
+    output is claimed by one job, finished once, and the other run names it busy or done."""
+    import subprocess
+    import sys
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    for name in ("a.mp4", "b.mp4", "c.mp4"):
+        corpus.encoded(folder / name, "libx264", "yuv420p", frames=8)
+    command = [sys.executable, "-m", "gpen_video.cli", str(folder), str(out), "--device", "cpu", "--weights",
+               str(small_gpen), "--detector", "retinaface-mobile", "--detector-weights",
+               str(shared_file("weights/retinaface_mobilenet0.25.pth")), "--batch-size", "4", "--jobs", "1"]
+    runs = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    reports = [run.communicate(timeout=600)[1] for run in runs]
+    assert sorted(p.name for p in out.iterdir()) == ["a.mp4", "b.mp4", "c.mp4"]  # no partial or lock left
+    for name in ("a.mp4", "b.mp4", "c.mp4"):
+        done = [r for r in reports if f"ok      {folder / name} ->" in r]
+        refused = [r for r in reports if f"FAILED  {folder / name}: " in r]
+        assert len(done) == 1 and len(refused) == 1, reports
+        assert _frame_times(out / name) == _frame_times(folder / name)
+    for run, report in zip(runs, reports):
+        refusals = [line for line in report.splitlines() if line.startswith("  FAILED")]
+        assert all("another gpen-video job is writing" in line or "exists" in line for line in refusals), report
+        assert run.returncode == (1 if refusals else 0)
