@@ -149,6 +149,35 @@ def test_interrupt_exits_130_and_leaves_nothing(sig, small_gpen, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_ctrl_c_in_a_batch_stops_the_files_under_way_and_leaves_none_of_them(small_gpen, tmp_path):
+    """Two files restore at once (``--jobs 2``) when Ctrl-C comes: both stop, neither leaves a
+    partial file or a lock, the files not started are never begun, and the exit is 130."""
+    import shutil
+    import signal
+    import time
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    for name in ("a.mp4", "b.mp4", "c.mp4"):
+        shutil.copy(SAMPLE, folder / name)
+    args = [sys.executable, "-m", "gpen_video.cli", folder, out, "--jobs", "2", "--device", "cpu", "--weights",
+            small_gpen, "--detector", "retinaface-mobile",
+            "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth")]
+    proc = subprocess.Popen(list(map(str, args)), stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while not re.search(r"\| [1-9]\d*/300 ", seen):  # frames have come out of the first jobs
+        seen += proc.stderr.read(1)
+        assert proc.poll() is None, seen
+    proc.send_signal(signal.SIGINT)
+    start = time.perf_counter()
+    rest = proc.communicate(timeout=60)[1]
+    assert time.perf_counter() - start < 20
+    assert proc.returncode == 130, seen + rest
+    assert "gpen-video: interrupted; the files finished before it are kept, those under way are not" in rest
+    assert [p.name for p in out.iterdir()] == []  # 100 frames each: none was finished
+    assert sorted(p.name for p in folder.iterdir()) == ["a.mp4", "b.mp4", "c.mp4"]
+
+
 def test_a_full_disk_is_a_clean_error_and_leaves_no_partial_file(small_gpen, tmp_path):
     import resource
 
