@@ -93,6 +93,19 @@ def options_of(args: argparse.Namespace) -> tuple[RestoreOptions, JobOptions, Ba
                  for owner in (RestoreOptions, JobOptions, BatchOptions))
 
 
+class _ProgressSafeHandler(logging.Handler):
+    """Log lines on stderr through tqdm, so that a warning given while a progress bar runs (a
+    file's end, say) starts a line of its own instead of running on after the bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:
+            self.handleError(record)
+
+
 def is_batch(paths: list[Path]) -> bool:
     """Many inputs, a folder of them, or an existing folder to write into: a batch. Two paths
     naming a file and a new file: one job."""
@@ -115,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # usage errors (exit 2) and --help before any file is read
-    logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
+    handler = _ProgressSafeHandler()
+    handler.setFormatter(logging.Formatter("gpen-video: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
     if len(args.paths) < 2:
         parser.error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")

@@ -5,6 +5,7 @@ media (tests/corpus.py), through the real command line."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -277,30 +278,58 @@ def test_hdr10_metadata_travels_to_every_encoder_that_can_carry_it(small_gpen, t
     with av.open(str(out)) as container:
         assert container.streams.video[0].codec_context.codec.canonical_name == encoded_as
     assert got_tags == tags == [16, 9, "yuv420p10le"]
-    for name in ("red", "green", "blue", "white", "luminance"):  # SVT-AV1 takes decimals: 1e-4 apart at most
+    _assert_same_hdr(got, expected)
+
+
+def _assert_same_hdr(got: HdrMetadata, expected: HdrMetadata) -> None:
+    """The same HDR10 metadata, to the 1e-4 that decimals (SVT-AV1) and 32-bit floats (Matroska) keep."""
+    for name in ("red", "green", "blue", "white", "luminance"):
         assert np.allclose(np.array(getattr(got, name), float), np.array(getattr(expected, name), float),
                            rtol=1e-4, atol=1e-4), name
     assert got.light_level == expected.light_level
 
 
-def test_prores_keeps_hdr10_metadata_in_mov_boxes_and_names_its_loss_in_mkv(small_gpen, tmp_path):
-    """ProRes has no place for HDR10's mastering display and light levels in its bitstream: MOV
-    holds them in the sample entry's boxes, which FFmpeg reads back into every decoded frame;
-    Matroska (through PyAV) cannot be given them, and the warning says so."""
+@pytest.mark.parametrize("ext", [".mov", ".mkv"])
+def test_prores_keeps_hdr10_metadata_in_the_file_header(small_gpen, tmp_path, ext):
+    """ProRes has no place for HDR10's mastering display and light levels in its bitstream: the
+    file's header holds them (MOV's sample entry boxes, Matroska's Colour elements), and FFmpeg
+    reads them back into every decoded frame."""
     src = corpus.hdr10_hevc(tmp_path / "in.mp4")
     expected, *tags = _hdr(src)
-    run = gpen_video(small_gpen, src, tmp_path / "out.mov", "--codec", "prores_ks")
+    out = tmp_path / f"out{ext}"
+    run = gpen_video(small_gpen, src, out, "--codec", "prores_ks")
     assert run.returncode == 0, run.stderr
     assert _warnings(run) == []
-    assert _hdr(tmp_path / "out.mov") == (expected, *tags[:2], "yuv422p10le")
-    with av.open(str(tmp_path / "out.mov")) as container:
+    got, *got_tags = _hdr(out)
+    assert got_tags == [*tags[:2], "yuv422p10le"]
+    _assert_same_hdr(got, expected)
+    with av.open(str(out)) as container:
         assert sum(1 for _ in container.decode(video=0)) == 12  # the file reads to its end
-    run = gpen_video(small_gpen, src, tmp_path / "out.mkv", "--codec", "prores_ks")
+
+
+def test_hdr10_that_a_crowded_matroska_header_cannot_take_is_named_and_the_file_kept(small_gpen, tmp_path):
+    """Chapters and an attachment fill the room before Matroska's Tracks: the header cannot take
+    the HDR10 elements, which x265 still writes into the bitstream; the warning says so."""
+    hevc = corpus.hdr10_hevc(tmp_path / "hdr.mp4")
+    src = tmp_path / "in.mkv"
+    with av.open(str(hevc)) as source, av.open(str(src), "w") as out:
+        video = out.add_stream_from_template(source.streams.video[0])
+        out.add_attachment("DejaVuSans.ttf", "application/x-truetype-font", corpus.FONT)
+        out.set_chapters([{"id": 1, "start": 0, "end": 480, "time_base": Fraction(1, 1000),
+                           "metadata": {"title": "Grade A"}}])
+        for packet in source.demux(video=0):
+            if packet.dts is not None:
+                packet.stream = video
+                out.mux(packet)
+    run = gpen_video(small_gpen, src, tmp_path / "out.mkv", "--preset", "ultrafast")
     assert run.returncode == 0, run.stderr
-    assert _warnings(run) == ["gpen-video: prores_ks cannot carry the input's HDR10 mastering display and content "
-                              "light level metadata in .mkv; it is left out (the transfer and primaries tags are "
-                              "kept; .mov and .mp4 hold it for any codec)"]
-    assert _hdr(tmp_path / "out.mkv")[:3] == (None, *tags[:2])
+    warnings = _warnings(run)
+    assert len(warnings) == 1 and re.fullmatch(
+        r"gpen-video: the HDR10 mastering display and content light level metadata could not be written into the "
+        r"\.mkv header \(the Void before Tracks has \d+ bytes; \d+ are needed\); it travels in the bitstream only",
+        warnings[0]), warnings
+    expected, *_ = _hdr(src)
+    _assert_same_hdr(_hdr(tmp_path / "out.mkv")[0], expected)
 
 
 @pytest.mark.parametrize(("build", "name", "ext", "warning"), [

@@ -193,3 +193,60 @@ def test_hdr10_boxes_go_into_the_video_sample_entry_once_and_ffmpeg_reads_them(t
     write_clip(mkv, np.zeros((2, 32, 32, 3), np.uint8), 25)
     with pytest.raises(BoxError):
         add_sample_entry_boxes(mkv, hdr.sample_entry_boxes())
+
+
+def _crc_holds(data: bytes, element_id: bytes) -> bool:
+    """Whether the first ``element_id`` element's CRC-32 child matches the rest of its payload."""
+    import zlib
+
+    at = data.index(element_id)
+    while data[at - 3 : at] == b"\x53\xab\x84":  # a SeekHead's SeekID naming the element, not the element
+        at = data.index(element_id, at + 1)
+    at += len(element_id)
+    width = next(w for w in range(1, 9) if data[at] & (0x80 >> (w - 1)))
+    size = int.from_bytes(data[at : at + width], "big") & ((1 << 7 * width) - 1)
+    payload = data[at + width : at + width + size]
+    assert payload[:2] == b"\xbf\x84"  # FFmpeg writes a CRC-32 first
+    return int.from_bytes(payload[2:6], "little") == zlib.crc32(payload[6:])
+
+
+def test_hdr10_goes_into_a_matroska_colour_without_moving_a_cluster(tmp_path):
+    """The elements take the room of the Void before Tracks: same length, same packets, every
+    decoded frame carries the metadata, the CRCs hold; a file without the room is left as it was."""
+    from fractions import Fraction
+
+    from gpen_video.media.hdr import HdrMetadata
+    from gpen_video.media.matroska import MatroskaError, add_hdr_metadata
+
+    from . import corpus
+
+    hdr = HdrMetadata(red=(Fraction(17, 25), Fraction(8, 25)), green=(Fraction(53, 200), Fraction(69, 100)),
+                      blue=(Fraction(3, 20), Fraction(3, 50)), white=(Fraction(3127, 10000), Fraction(329, 1000)),
+                      luminance=(Fraction(1, 200), Fraction(4000)), light_level=(1000, 400))
+    clip = tmp_path / "clip.mkv"
+    write_clip(clip, np.zeros((3, 32, 32, 3), np.uint8), 25)
+    with av.open(str(clip)) as container:
+        packets = [bytes(p) for p in container.demux(video=0) if p.size]
+    before = clip.read_bytes()
+    add_hdr_metadata(clip, hdr)
+    after = clip.read_bytes()
+    cluster = before.index(b"\x1f\x43\xb6\x75")
+    assert len(after) == len(before) and after[cluster:] == before[cluster:]  # only the front was rewritten
+    assert after[:cluster] != before[:cluster]
+    add_hdr_metadata(clip, hdr)
+    assert clip.read_bytes() == after
+    with av.open(str(clip)) as container:
+        assert [bytes(p) for p in container.demux(video=0) if p.size] == packets
+    with av.open(str(clip)) as container:
+        for frame in container.decode(video=0):
+            got = HdrMetadata.of(frame)
+            assert got.light_level == (1000, 400)
+            assert np.allclose(np.array([*got.red, *got.white, *got.luminance], float),
+                               np.array([*hdr.red, *hdr.white, *hdr.luminance], float), rtol=1e-6)
+    assert _crc_holds(after, b"\x16\x54\xae\x6b") and _crc_holds(after, b"\x11\x4d\x9b\x74")  # Tracks, SeekHead
+
+    crowded = corpus.rich_mkv(tmp_path / "rich.mkv")  # chapters, attachments, tags: a small Void
+    untouched = crowded.read_bytes()
+    with pytest.raises(MatroskaError, match="Void before Tracks"):
+        add_hdr_metadata(crowded, hdr)
+    assert crowded.read_bytes() == untouched

@@ -1,6 +1,7 @@
 """HDR10 static metadata: the mastering display and the content light levels an HDR10 master
-carries beside its PQ transfer tag, read from the decoded frames and handed to the encoders
-that can write them (x265, x264, SVT-AV1) as their own parameters.
+carries beside its PQ transfer tag, read from the decoded frames, handed to the encoders that
+can write them (x265, x264, SVT-AV1) as their own parameters, and written into the finished
+file's header (media/isobmff.py, media/matroska.py) whatever the codec.
 
 Without them a player tone-maps an HDR10 file by guesswork; the transfer and primaries tags
 alone travel with every encoder (see writer.py).

@@ -20,6 +20,7 @@ from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
 from .hdr import PARAMS_OPTION
 from .isobmff import BoxError, add_sample_entry_boxes
+from .matroska import MatroskaError, add_hdr_metadata
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .source import SourceFrame, VideoInfo, video_stream
 from .streams import CompanionStreams, ContainerRules
@@ -56,10 +57,6 @@ _KEPT_TAGS = frozenset({"hvc1", "hev1", "avc1", "avc3"})
 #: PyAV's default, "SLICE", splits each frame across the threads instead: 1.8x slower at 1080p on
 #: 16 cores, and larger files (BENCHMARKS.md, run K).
 THREAD_TYPE = "AUTO"
-
-
-#: Containers whose video sample entry takes HDR10's mdcv and clli boxes (media/isobmff.py).
-HDR_BOX_CONTAINERS = frozenset({".mp4", ".mov"})
 
 
 def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, str]:
@@ -119,14 +116,10 @@ class VideoWriter:
             if lost:
                 self._warn(f"{codec.name} cannot store {info.pix_fmt}; encoded as {self.pix_fmt}, losing "
                            f"{' and '.join(lost)}")
-        # HDR10 metadata travels in the bitstream where the encoder writes it, and in the sample
-        # entry's boxes where the container holds them (MP4, MOV): players read either.
+        # HDR10 metadata travels in the bitstream where the encoder writes it, and in the file's
+        # header whatever the codec (written once the file is finished): players read either.
         self.hdr_params = info.hdr.encoder_params(codec.name) if info.hdr is not None else []
-        self.hdr_boxes = info.hdr.sample_entry_boxes() if info.hdr is not None and ext in HDR_BOX_CONTAINERS else {}
-        if info.hdr is not None and not self.hdr_params and not self.hdr_boxes:
-            self._warn(f"{codec.name} cannot carry the input's HDR10 {info.hdr.describe()} metadata in {ext}; it "
-                       f"is left out (the transfer and primaries tags are kept; .mov and .mp4 hold it for any "
-                       f"codec)")
+        self.ext = ext
         self.field_params: list[str] | None = None  # set when the output is coded interlaced
         self.stamp: FieldStamp | None = None
         if info.fields is not None:
@@ -292,11 +285,8 @@ class VideoWriter:
             self._pending += self.companions.flush()
             self._mux_pending(None)
             self.container.close()
-            if self.hdr_boxes:
-                add_sample_entry_boxes(self.tmp, self.hdr_boxes)
-        except BoxError as exc:
-            self.abort()
-            raise OutputError(f"cannot write the HDR10 boxes of {self.output}: {exc}") from None
+            if self.info.hdr is not None:
+                self._write_hdr_header()
         except av.FFmpegError as exc:
             self.abort()
             raise OutputError(f"cannot finish {self.output}: {exc.strerror or exc}") from None
@@ -307,6 +297,24 @@ class VideoWriter:
             self.claim.publish(self.tmp)
         finally:
             self.tmp.unlink(missing_ok=True)
+
+    def _write_hdr_header(self) -> None:
+        """The input's HDR10 metadata into the finished file's header: the video sample entry's
+        boxes in MP4/MOV (media/isobmff.py), the video track's Colour in Matroska/WebM
+        (media/matroska.py). A file laid out otherwise keeps what the bitstream holds, with a
+        warning."""
+        hdr = self.info.hdr
+        try:
+            if self.ext in (".mp4", ".mov"):
+                add_sample_entry_boxes(self.tmp, hdr.sample_entry_boxes())
+            else:
+                add_hdr_metadata(self.tmp, hdr)
+        except (BoxError, MatroskaError) as exc:
+            kept = "it travels in the bitstream only" if self.hdr_params else "it is left out"
+            message = (f"the HDR10 {hdr.describe()} metadata could not be written into the {self.ext} header "
+                       f"({exc}); {kept}")
+            log.warning(message)
+            self.warnings.append(message)
 
     def abort(self) -> None:
         """Drop the partial output."""
