@@ -155,6 +155,22 @@ def gopro_mp4(path: Path, seconds: float = 1.2) -> Path:
     return path
 
 
+def broadcast_ts(path: Path, seconds: float = 1.2) -> Path:
+    """The talking head as a broadcast transport stream: H.264 video with an SCTE-35 cue track
+    (the ad-break markers of a channel's feed), which FFmpeg reads back as binary data."""
+    with av.open(str(_source())) as source, av.open(str(path), "w", format="mpegts") as out:
+        video = source.streams.video[0]
+        out_video = out.add_stream_from_template(video)
+        cues = out.add_data_stream(codec_name="scte_35")
+        _mux_copy(source, out, [(video, [out_video])], seconds)
+        splice = bytes.fromhex("fc302000000000000000fff00f05000000017fefffffffffff00000000000000")
+        packet = av.Packet(splice)
+        packet.pts = packet.dts = 45000
+        packet.time_base, packet.stream = Fraction(1, 90000), cues
+        out.mux(packet)
+    return path
+
+
 def _jpeg(size: int = 64) -> tuple[bytes, int, int]:
     """One real frame of the talking head as a JPEG picture."""
     encoder = av.CodecContext.create("mjpeg", "w")

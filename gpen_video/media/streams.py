@@ -24,10 +24,8 @@ _OWN_KEYS = frozenset({"encoder", "major_brand", "minor_version", "compatible_br
 #: an attached-picture stream.
 _ATTACHMENTS = frozenset({".mkv"})
 _COVER_STREAMS = frozenset({".mp4", ".mov"})
-#: Data tracks copied packet for packet, and the containers that hold them: binary metadata such
-#: as a GoPro's GPMF telemetry (``gpmd``: accelerometer, gyroscope, GPS), which FFmpeg reads as
-#: ``bin_data`` and its MP4 and MOV muxers write back as ``gpmd``; Matroska takes no data tracks.
-_COPIED_DATA = frozenset({"bin_data"})
+#: The containers that hold a GoPro's GPMF telemetry track (``gpmd``: accelerometer, gyroscope,
+#: GPS), copied packet for packet; Matroska takes no data tracks.
 _DATA_TRACKS = frozenset({".mp4", ".mov"})
 _IMAGE_TYPES = {"mjpeg": ("jpg", "image/jpeg"), "png": ("png", "image/png"), "bmp": ("bmp", "image/bmp")}
 #: ISO 639-2 codes as FFmpeg's MOV muxer spells them: it writes a MOV track's language only from
@@ -128,7 +126,7 @@ class CompanionStreams:
                 self._add_attachment(stream)
             elif stream.type == "data" and "timecode" in stream.metadata:
                 self._add_timecode(stream, video_out)
-            elif stream.type == "data" and stream.name in _COPIED_DATA:
+            elif _is_gpmf(source, stream):
                 self._add_data(stream)
             else:
                 self.warn(f"{stream.type} stream #{stream.index} ({_codec_name(stream)}) is left out: gpen-video "
@@ -224,10 +222,17 @@ class CompanionStreams:
         return [p for transcoder in self.transcodes.values() for p in transcoder.encode(None)]
 
 
+def _is_gpmf(source: av.container.InputContainer, stream: av.stream.Stream) -> bool:
+    """A GoPro's telemetry track: FFmpeg's MP4/MOV demuxer reads the ``gpmd`` sample entry, and
+    only it, as ``bin_data``, and its muxers write that back as ``gpmd``. Other containers' binary
+    data (a transport stream's, say) has no sample entry the MP4 muxer could write."""
+    return stream.type == "data" and stream.name == "bin_data" and "mp4" in source.format.name.split(",")
+
+
 def _codec_name(stream: av.stream.Stream) -> str:
     """The stream's format ("mp3", not the decoder's "mp3float"); data streams have no decoder."""
-    if stream.codec_context is None:
-        return stream.metadata.get("handler_name") or "unknown codec"
+    if stream.codec_context is None:  # named by its handler ("GoPro MET") where it has one
+        return stream.metadata.get("handler_name") or stream.name or "unknown codec"
     return stream.codec_context.codec.canonical_name
 
 
