@@ -338,9 +338,8 @@ def test_hdr10_that_a_crowded_matroska_header_cannot_take_is_named_and_the_file_
     (corpus.with_cover_art, "in.mp4", ".webm", "cover art stream #2 (mjpeg) is left out: .webm cannot hold it"),
     (corpus.gopro_mp4, "in.mp4", ".mkv", "data track #2 (GoPro MET) is left out: .mkv cannot hold data tracks "
                                          "(.mp4 and .mov can)"),
-    (corpus.broadcast_ts, "in.ts", ".mp4", "data stream #1 (bin_data) is left out: gpen-video restores the first "
-                                           "video stream and keeps audio, subtitles, attachments, cover art, timecode "
-                                           "and telemetry (GoPro's gpmd) beside it"),
+    (corpus.broadcast_ts, "in.ts", ".mp4", "data stream #1 (bin_data) is left out: of the data tracks, only "
+                                           "timecode and GoPro telemetry (gpmd) have a place in the output containers"),
 ], ids=["timecode into mkv", "cover art into webm", "telemetry into mkv", "SCTE-35 cues into mp4"])
 def test_what_a_container_cannot_hold_is_named(small_gpen, tmp_path, build, name, ext, warning):
     src = build(tmp_path / name)

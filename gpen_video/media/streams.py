@@ -128,10 +128,13 @@ class CompanionStreams:
                 self._add_timecode(stream, video_out)
             elif _is_gpmf(source, stream):
                 self._add_data(stream)
+            elif stream.type == "data":
+                self.warn(f"data stream #{stream.index} ({_codec_name(stream)}) is left out: of the data tracks, "
+                          f"only timecode and GoPro telemetry (gpmd) have a place in the output containers")
             else:
                 self.warn(f"{stream.type} stream #{stream.index} ({_codec_name(stream)}) is left out: gpen-video "
                           f"restores the first video stream and keeps audio, subtitles, attachments, cover art, "
-                          f"timecode and telemetry (GoPro's gpmd) beside it")
+                          f"timecode and telemetry beside it")
         self._add_chapters(source)
 
     @property
