@@ -28,25 +28,24 @@ class MatroskaError(ValueError):
     """The file is not laid out as FFmpeg's Matroska muxer writes it, or has no room left."""
 
 
-def _read_id(data: bytes, at: int) -> tuple[int, int]:
+def _width(data: bytes, at: int, most: int, what: str) -> int:
+    """The length of the EBML variable-length number at ``at``: one more than its leading zero bits."""
     width = 1
-    while width <= 4 and not data[at] & (0x80 >> (width - 1)):
+    while width <= most and not data[at] & (0x80 >> (width - 1)):
         width += 1
-    if width > 4:
-        raise MatroskaError(f"no element ID at byte {at}")
+    if width > most:
+        raise MatroskaError(f"no element {what} at byte {at}")
+    return width
+
+
+def _read_id(data: bytes, at: int) -> tuple[int, int]:
+    width = _width(data, at, 4, "ID")
     return int.from_bytes(data[at : at + width], "big"), width
 
 
 def _read_size(data: bytes, at: int) -> tuple[int, int]:
-    width = 1
-    while width <= 8 and not data[at] & (0x80 >> (width - 1)):
-        width += 1
-    if width > 8:
-        raise MatroskaError(f"no element size at byte {at}")
-    value = data[at] & ((0x80 >> (width - 1)) - 1)
-    for byte in data[at + 1 : at + width]:
-        value = value << 8 | byte
-    return value, width
+    width = _width(data, at, 8, "size")
+    return int.from_bytes(data[at : at + width], "big") & ((1 << 7 * width) - 1), width
 
 
 def _size(value: int, width: int = 0) -> bytes:
