@@ -107,3 +107,12 @@ def test_options_are_frozen_and_picklable():
         options.strength = 1.0  # type: ignore[misc]
     with pytest.raises(UsageError, match="--tracks-out cannot be combined with --resume"):
         JobOptions(resume=True, tracks_out=Path("t.json"))
+
+
+def test_the_readme_lists_every_flag():
+    """The README's options table is where users look first: every flag has its row."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| `--")}
+    flags = {f for action in cli.build_parser()._actions for f in action.option_strings if f.startswith("--")}
+    missing = [f for f in sorted(flags - {"--help"}) if not any(row.startswith(f"`{f}") for row in rows)]
+    assert missing == []
