@@ -119,7 +119,6 @@ class VideoWriter:
         # HDR10 metadata travels in the bitstream where the encoder writes it, and in the file's
         # header whatever the codec (written once the file is finished): players read either.
         self.hdr_params = info.hdr.encoder_params(codec.name) if info.hdr is not None else []
-        self.ext = ext
         self.field_params: list[str] | None = None  # set when the output is coded interlaced
         self.stamp: FieldStamp | None = None
         if info.fields is not None:
@@ -303,15 +302,15 @@ class VideoWriter:
         boxes in MP4/MOV (media/isobmff.py), the video track's Colour in Matroska/WebM
         (media/matroska.py). A file laid out otherwise keeps what the bitstream holds, with a
         warning."""
-        hdr = self.info.hdr
+        hdr, ext = self.info.hdr, self.output.suffix.lower()
         try:
-            if self.ext in (".mp4", ".mov"):
+            if ext in (".mp4", ".mov"):
                 add_sample_entry_boxes(self.tmp, hdr.sample_entry_boxes())
             else:
                 add_hdr_metadata(self.tmp, hdr)
         except (BoxError, MatroskaError) as exc:
             kept = "it travels in the bitstream only" if self.hdr_params else "it is left out"
-            message = (f"the HDR10 {hdr.describe()} metadata could not be written into the {self.ext} header "
+            message = (f"the HDR10 {hdr.describe()} metadata could not be written into the {ext} header "
                        f"({exc}); {kept}")
             log.warning(message)
             self.warnings.append(message)

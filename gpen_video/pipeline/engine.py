@@ -115,8 +115,7 @@ class Engine:
         self.options = options or RestoreOptions()
         self.progress = progress
         self.devices = self.options.devices()  # a missing GPU is an error before anything loads
-        self._workers: list[DeviceWorker] | None = None
-        self._pool: WorkerPool | None = None
+        self._pool: WorkerPool | None = None  # the workers and their threads, once built
         self._building = threading.Lock()  # jobs starting at once build the workers once
         self._jobs: set[Job] = set()  # running, for interrupt()
         self._jobs_lock = threading.Lock()
@@ -137,7 +136,7 @@ class Engine:
         """The workers, built on first use (weights loaded, downloaded on first use; compiled for
         the planned work, else the first job's ``frames``), then the same for every job."""
         with self._building:
-            if self._workers is None:
+            if self._pool is None:
                 start = time.perf_counter()
                 state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
                 loaded = time.perf_counter()
@@ -146,8 +145,7 @@ class Engine:
                 label = "workers (compiling)" if any(w.compiled for w in workers) else "workers"
                 self._startup = {"weights": loaded - start, label: time.perf_counter() - loaded}
                 self._pool = WorkerPool(workers)
-                self._workers = workers
-        return self._workers
+        return self._pool.workers
 
     def close(self) -> None:
         """Stop the workers' threads (once no job runs). The engine cannot run jobs after this."""

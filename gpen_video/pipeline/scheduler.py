@@ -117,7 +117,6 @@ class WorkerPool:
 
     def __init__(self, workers: list[Worker]) -> None:
         self.workers = workers
-        self.face_batch = workers[0].face_batch  # GPEN's batch, which restoration batches are cut to fill
         self.tasks = _Tasks()
         self.threads = [threading.Thread(target=self._serve, args=(w,), name=f"worker-{w.device}", daemon=True)
                         for w in workers]
@@ -134,6 +133,11 @@ class WorkerPool:
                     thread.join()
                 except KeyboardInterrupt:
                     continue
+
+    @property
+    def face_batch(self) -> int:
+        """GPEN's batch now, which restoration batches are cut to fill (lowered after running out of memory)."""
+        return self.workers[0].face_batch
 
     def submit(self, job: JobPort, task: DetectBatch | RestoreBatch) -> None:
         self.tasks.put(_Assigned(job, task))
@@ -208,7 +212,9 @@ class WorkerPool:
 
     def _detected(self, worker: Worker, job: JobPort, frames: list[SourceFrame], pending: Pending) -> None:
         result = self._collected(worker, job, "detect", frames, pending)
-        if result is None or job.stopped:
+        if result is None:  # failed: the frames went with the failure
+            return
+        if job.stopped:
             _release(frames)
             return
         faces, thumbnails = result
