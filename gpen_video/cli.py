@@ -93,19 +93,6 @@ def options_of(args: argparse.Namespace) -> tuple[RestoreOptions, JobOptions, Ba
                  for owner in (RestoreOptions, JobOptions, BatchOptions))
 
 
-class _ProgressSafeHandler(logging.Handler):
-    """Log lines on stderr through tqdm, so that a warning given while a progress bar runs (a
-    file's end, say) starts a line of its own instead of running on after the bar."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from tqdm import tqdm
-
-        try:
-            tqdm.write(self.format(record), file=sys.stderr)
-        except Exception:
-            self.handleError(record)
-
-
 def is_batch(paths: list[Path]) -> bool:
     """Many inputs, a folder of them, or an existing folder to write into: a batch. Two paths
     naming a file and a new file: one job."""
@@ -128,17 +115,18 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # usage errors (exit 2) and --help before any file is read
-    handler = _ProgressSafeHandler()
-    handler.setFormatter(logging.Formatter("gpen-video: %(message)s"))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
     if len(args.paths) < 2:
         parser.error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
     try:
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
         from .pipeline.engine import Engine
 
         options, job, batch = options_of(args)
-        with Engine(options, progress=not args.quiet) as engine:
+        # Log lines through tqdm: a warning given while a bar runs (as a file ends) gets a line of its own.
+        with logging_redirect_tqdm(), Engine(options, progress=not args.quiet) as engine:
             if is_batch(args.paths):
                 return _run_batch(engine, args, job, batch)
             summary = engine.restore(args.paths[0], args.paths[1], job)

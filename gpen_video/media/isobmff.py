@@ -24,18 +24,25 @@ class BoxError(ValueError):
     """The file is not laid out as FFmpeg's MP4/MOV muxer writes it."""
 
 
+def _header(data: bytes | bytearray, at: int, room: int) -> tuple[bytes, int, int]:
+    """The type, size and header size of the box whose header begins at ``data[at]``, in a parent
+    with ``room`` bytes left from there (a size of 0 means all of them)."""
+    size, kind = struct.unpack_from(">I4s", data, at)
+    header = 8
+    if size == 1:
+        size, header = struct.unpack_from(">Q", data, at + 8)[0], 16
+    elif size == 0:
+        size = room
+    if size < header or size > room:
+        raise BoxError(f"a {kind!r} box runs past its parent")
+    return kind, size, header
+
+
 def _children(data: bytes | bytearray, start: int, end: int) -> list[tuple[bytes, int, int, int]]:
     """The boxes in ``data[start:end]``: (type, offset, size, header size)."""
     boxes = []
     while start + 8 <= end:
-        size, kind = struct.unpack_from(">I4s", data, start)
-        header = 8
-        if size == 1:
-            size, header = struct.unpack_from(">Q", data, start + 8)[0], 16
-        elif size == 0:
-            size = end - start
-        if size < header or start + size > end:
-            raise BoxError(f"a {kind!r} box runs past its parent")
+        kind, size, header = _header(data, start, end - start)
         boxes.append((kind, start, size, header))
         start += size
     return boxes
@@ -52,7 +59,7 @@ def _grow(data: bytearray, offset: int, header: int, by: int) -> None:
 def _video_sample_entry(moov: bytearray) -> list[tuple[int, int]]:
     """(offset, header size) of every box from ``moov`` down to the first sample entry of its first
     video track (the one whose media header is a video one), the sample entry last."""
-    header = 16 if struct.unpack_from(">I", moov, 0)[0] == 1 else 8
+    _, _, header = _header(moov, 0, len(moov))
     for _, offset, size, head in (b for b in _children(moov, header, len(moov)) if b[0] == b"trak"):
         chain = [(0, header), (offset, head)]
         for kind in _PATH[1:]:
@@ -78,15 +85,7 @@ def add_sample_entry_boxes(path: Path, boxes: dict[bytes, bytes]) -> None:
         position = 0
         while position < end:
             file.seek(position)
-            head = file.read(16)
-            size, kind = struct.unpack_from(">I4s", head)
-            header = 8
-            if size == 1:
-                size, header = struct.unpack_from(">Q", head, 8)[0], 16
-            elif size == 0:
-                size = end - position
-            if size < header:
-                raise BoxError(f"a {kind!r} box is {size} bytes")
+            kind, size, _ = _header(file.read(16), 0, end - position)
             top.append((kind, position, size))
             position += size
         if not top or top[-1][0] != b"moov":

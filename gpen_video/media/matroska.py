@@ -57,7 +57,7 @@ def _size(value: int, width: int = 0) -> bytes:
 
 
 def _element(element_id: int, payload: bytes) -> bytes:
-    return element_id.to_bytes((element_id.bit_length() + 7) // 8, "big") + _size(len(payload)) + payload
+    return _id_bytes(element_id) + _size(len(payload)) + payload
 
 
 def _children(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int]]:
