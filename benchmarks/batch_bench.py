@@ -8,7 +8,7 @@ in one run on one machine:
 - batch: one ``gpen-video CLIPS/ OUT/`` process, start-up included, as a user gets it (``--jobs``
   at its default: files overlapping): first with an empty compile cache (a machine's first run,
   which compiles cold), then again with the cache it left (every later run), and again warm with
-  ``--jobs 1`` (one file after another);
+  each ``--other-jobs`` (default 1: one file after another);
 - separate: ``--separate`` clips each restored by a ``gpen-video IN OUT`` process of its own,
   start-up included; the mean per call is what twenty calls would cost per clip.
 
@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--clips", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--separate", type=int, default=3, help="clips also restored by separate calls")
+    ap.add_argument("--other-jobs", type=int, nargs="*", default=[1], help="--jobs values also timed, warm")
     ap.add_argument("--size", default="1920x1080")
     ap.add_argument("--json", help="also write the numbers to this file")
     ap.add_argument("--smoke", action="store_true", help="CPU, three small clips of half a second")
@@ -77,14 +78,17 @@ def main() -> None:
         home = Path(tmp) / "home"
         rows["batch_cold_s"] = round(cli(home, clips, Path(tmp) / "batch-cold", *flags), 2)
         rows["batch_s"] = round(cli(home, clips, Path(tmp) / "batch", *flags), 2)
-        rows["batch_jobs1_s"] = round(cli(home, clips, Path(tmp) / "batch-jobs1", *flags, "--jobs", "1"), 2)
+        for jobs in args.other_jobs:
+            rows[f"batch_jobs{jobs}_s"] = round(cli(home, clips, Path(tmp) / f"batch-jobs{jobs}", *flags,
+                                                    "--jobs", jobs), 2)
         separate = [cli(home, c, Path(tmp) / f"alone-{c.name}", *flags)
                     for c in sorted(clips.iterdir())[: args.separate]]
         rows["separate_mean_s"] = round(sum(separate) / len(separate), 2)
         rows["separate_first_s"] = round(separate[0], 2)
     rows["batch_cold_over_transcode"] = round(rows["batch_cold_s"] / rows["transcode_s"], 3)
     rows["batch_over_transcode"] = round(rows["batch_s"] / rows["transcode_s"], 3)
-    rows["jobs1_over_batch"] = round(rows["batch_jobs1_s"] / rows["batch_s"], 3)
+    for jobs in args.other_jobs:
+        rows[f"jobs{jobs}_over_batch"] = round(rows[f"batch_jobs{jobs}_s"] / rows["batch_s"], 3)
     rows["separate_over_batch"] = round(rows["separate_mean_s"] * args.clips / rows["batch_s"], 2)
     print(json.dumps(rows, indent=1))
     if args.json:
