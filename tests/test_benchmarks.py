@@ -118,12 +118,16 @@ def test_encoder_contention_smoke(tmp_path, golden):
 def test_compare_versions_smoke(tmp_path, golden):
     old = tmp_path / "old"
     old.symlink_to(ROOT)  # the version is named after the folder
-    rows = _smoke("compare_versions.py", tmp_path, golden, "--old", str(old), "--also", 'batch4={"batch_size": 4}')
-    assert sorted((r["clip"], r["version"]) for r in rows) == [
-        ("crowd", "batch4"), ("crowd", "new"), ("crowd", "old"),
-        ("one-face", "batch4"), ("one-face", "new"), ("one-face", "old")]
+    rows = _smoke("compare_versions.py", tmp_path, golden, "--old", str(old), "--also", 'batch4={"batch_size": 4}',
+                  "--marginal", "0.5")
+    assert sorted((r["clip"], r["version"], r["length"]) for r in rows) == [
+        (clip, version, length) for clip in ("crowd", "one-face") for version in ("batch4", "new", "old")
+        for length in ("long", "short")]
+    frames = {(r["clip"], r["version"], r["length"]): r["frames"] for r in rows}
+    assert all(frames[clip, version, "long"] > frames[clip, version, "short"] for clip, version, _ in frames)
     assert all(r["fps"] > 0 for r in rows)
     assert all(r["faces_per_s"] > 2 * r["fps"] for r in rows if r["clip"] == "crowd")  # the crowd's faces were found
+    assert all(0 < r["busy"]["restore[cpu]"] <= 1 for r in rows)
 
 
 def test_staging_copy_smoke(tmp_path):
