@@ -2,7 +2,9 @@
 the versions taking turns, so a change's effect on speed is measured on one machine rather than
 across leases. Each older version is a folder holding its ``gpen_video`` package, named after
 the folder; this checkout is "new". ``--also NAME=JSON`` adds this checkout run with more
-options of ``restore_video`` (e.g. ``two-workers='{"workers_per_device": 2}'``). Each row also has
+options of ``restore_video`` (e.g. ``two-workers='{"workers_per_device": 2}'``), and ``--with JSON``
+gives every version the same options (e.g. ``'{"compile": "off"}'`` where the older versions
+spell it so). Each row also has
 every stage's busy share of the run (the summary's), which says where a difference comes from,
 and the process's wall time. A version's fps counts whatever it does inside its measured time
 once per job (session 11's code captured the detector's CUDA graph before that time, later
@@ -51,12 +53,13 @@ def run(root: Path, clip: Path, output: Path, options: dict) -> dict:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "wall_s": round(time.perf_counter() - start, 2)}
 
 
+def mean(rows: list[dict], key: str) -> float:
+    return sum(r[key] for r in rows) / len(rows)
+
+
 def marginal(long: list[dict], short: list[dict]) -> dict[str, float]:
     """Frames and faces per second of what the long clip has beyond the short one: whatever a
     version does once per job (a graph capture, a warm-up) inside its measured time cancels."""
-    def mean(rows: list[dict], key: str) -> float:
-        return sum(r[key] for r in rows) / len(rows)
-
     seconds = mean(long, "seconds") - mean(short, "seconds")
     return {key: (mean(long, key) - mean(short, key)) / seconds for key in ("frames", "faces")}
 
@@ -66,6 +69,8 @@ def main() -> None:
     ap.add_argument("--old", nargs="+", default=[], help="folders each holding another version's gpen_video")
     ap.add_argument("--also", action="append", default=[], metavar="NAME=JSON",
                     help="this checkout again, with these restore_video options (repeatable)")
+    ap.add_argument("--with", dest="common", default="{}", metavar="JSON",
+                    help="restore_video options every version runs with")
     ap.add_argument("--weights", required=True)
     ap.add_argument("--detector-weights", required=True)
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each 1080p clip")
@@ -76,17 +81,18 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, a second of small video")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
-    versions = {Path(old).absolute().name: (Path(old).resolve(), {}) for old in args.old}
+    common = json.loads(args.common)
+    versions = {Path(old).absolute().name: (Path(old).resolve(), common) for old in args.old}
     for also in args.also:
         name, _, extra = also.partition("=")
-        versions[name] = (NEW, json.loads(extra))
+        versions[name] = (NEW, {**common, **json.loads(extra)})
     if len(versions) < len(args.old) + len(args.also) or "new" in versions:
         ap.error("each --old folder and --also variant needs a name of its own, other than 'new'")
     if not versions:
         ap.error("nothing to compare with: give --old or --also")
-    # This checkout compiles as older versions always did: --compile auto would pick eager for
-    # short clips, and these rows compare steady-state speed.
-    versions["new"] = (NEW, {"compile": "on"})
+    # This checkout compiles as older versions always did (unless --with says otherwise): --compile
+    # auto would pick eager for short clips, and these rows compare steady-state speed.
+    versions["new"] = (NEW, {"compile": "on", **common})
     device = {"device": "cpu"} if args.smoke else {"gpus": [0]}
     rows = []
     lengths = {"long": 1.0 if args.smoke else args.seconds}
@@ -118,20 +124,18 @@ def main() -> None:
     for name in args.clips:
         of = {v: {length: [r for r in rows if r["clip"] == name and r["version"] == v and r["length"] == length]
                   for length in lengths} for v in versions}
-        mean = {v: {k: sum(r[k] for r in of[v]["long"]) / args.repeats for k in ("fps", "faces_per_s", "wall_s")}
-                for v in versions}
+        means = {v: {k: mean(of[v]["long"], k) for k in ("fps", "faces_per_s", "wall_s")} for v in versions}
         margins = {v: marginal(of[v]["long"], of[v]["short"]) for v in versions} if args.marginal is not None else {}
-        for version, m in mean.items():
+        for version, m in means.items():
             line = (f"| {name} | {version} | {m['fps']:.1f} | {m['faces_per_s']:.1f} | "
-                    f"{m['fps'] / mean[first]['fps']:.2f} | {m['wall_s']:.1f} |")
+                    f"{m['fps'] / means[first]['fps']:.2f} | {m['wall_s']:.1f} |")
             if margins:
                 line += (f" {margins[version]['frames']:.1f} | {margins[version]['faces']:.1f} | "
                          f"{margins[version]['frames'] / margins[first]['frames']:.2f} |")
             print(line)
-    print("\nmean busy share of each stage:")
-    for name in args.clips:
+        print("\nmean busy share of each stage:")
         for version in versions:
-            busy = [r["busy"] for r in rows if r["clip"] == name and r["version"] == version and r["length"] == "long"]
+            busy = [r["busy"] for r in of[version]["long"]]
             stages = sorted({stage for b in busy for stage in b})
             print(f"{name} {version}: " + ", ".join(
                 f"{stage} {sum(b.get(stage, 0.0) for b in busy) / len(busy):.0%}" for stage in stages))
