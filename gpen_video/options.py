@@ -55,6 +55,19 @@ def _gpu_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"--gpus takes GPU numbers like 0,1; got {text!r}") from None
 
 
+def parse_time(text: str) -> float:
+    """``--start 75.5``, ``--start 1:15.5`` or ``--start 00:01:15.500`` -> 75.5 seconds."""
+    import argparse
+
+    try:
+        parts = [float(part) for part in text.strip().split(":")]
+        if len(parts) > 3 or any(part < 0 for part in parts) or any(part >= 60 for part in parts[1:]):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes seconds (75.5) or [HH:]MM:SS.mmm (1:15.5); got {text!r}") from None
+    return sum(part * 60 ** power for power, part in enumerate(reversed(parts)))
+
+
 def option(default: Any, help: str, group: str, *, choices: typing.Iterable[str] | None = None,
            check: Check | None = None, parse: Callable[[str], Any] | None = None, metavar: str | None = None) -> Any:
     """A field with what the command line and the checks need: its ``help``, its flag ``group``,
@@ -129,11 +142,24 @@ class RestoreOptions(_Checked):
                                  "(a stream, flag, alpha, bit depth) instead of warning about it", "encoding")
     allow_truncated: bool = option(False, "restore every frame a cut-off input still holds, instead of "
                                           "refusing it", "input")
+    start: float | None = option(None, "restore faces from this time on (seconds or [HH:]MM:SS.mmm from the first "
+                                       "frame); every frame before it is encoded as decoded", "time",
+                                 parse=parse_time, metavar="TIME", check=_at_least(0))
+    end: float | None = option(None, "restore faces only before this time; every frame from it on is encoded as "
+                                     "decoded (the file keeps all its frames either way)", "time",
+                               parse=parse_time, metavar="TIME", check=_at_least(0))
 
     def __post_init__(self) -> None:
         if self.gpus is not None:  # a list from the API: kept as a tuple, so the options stay hashable
             object.__setattr__(self, "gpus", tuple(self.gpus))
         super().__post_init__()
+        if self.end is not None and self.end <= (self.start or 0.0):
+            raise UsageError(f"--end {self.end:g} must come after --start {self.start or 0.0:g}")
+
+    @property
+    def time_range(self) -> tuple[float, float | None] | None:
+        """(start, end or None) where faces are restored, or None: the whole clip."""
+        return None if self.start is None and self.end is None else (self.start or 0.0, self.end)
 
     def fingerprint(self) -> dict[str, Any]:
         """Every field's value, as JSON can hold it: what a resumed job must match."""

@@ -28,7 +28,7 @@ from ..media.writer import CONTAINERS, VideoWriter
 from ..model.weights import load_gpen_weights
 from ..options import JobOptions, RestoreOptions, UsageError
 from ..worker.device import DeviceWorker, compile_cache
-from .job import FrameSource, Job, Writer, frames_per_batch
+from .job import FrameSource, Job, TimeRange, Writer, frames_per_batch
 from .scheduler import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -191,6 +191,9 @@ class Engine:
         input, output = Path(input), Path(output)
         check_paths(input, output, job.overwrite, CONTAINERS)
         info = probe(input)
+        if self.options.start is not None and info.duration is not None and self.options.start >= info.duration:
+            raise InputError(f"--start {self.options.start:g} s is not inside {input.name}, which lasts "
+                             f"{info.duration:.3f} s")
         if info.truncated:
             if not self.options.allow_truncated:
                 raise InputError(f"{info.truncated}; pass --allow-truncated to restore what is there")
@@ -231,6 +234,8 @@ class Engine:
         one-picture job on the same pipeline, without smoothing (there is no time to smooth over)."""
         job = job or JobOptions()
         input, output = Path(input), Path(output)
+        if self.options.time_range is not None:
+            raise UsageError(f"--start and --end apply to videos; {input.name} is an image")
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
         picture = read_image(input)
         writer = ImageWriter(output, job.overwrite)
@@ -266,8 +271,11 @@ class Engine:
                 if on_frame is not None:
                     on_frame(done, found)
 
+            span = None
+            if self.options.time_range is not None:  # tracked twice the tracker's context around it
+                span = TimeRange(*self.options.time_range, margin=2 * tracker.context / fps)
             running = Job(source, writer, self._pool, tracker, batch_frames, height, width, tracks=tracks,
-                          on_frame=count, start_frame=start_frame, fields=fields, fps=fps)
+                          on_frame=count, start_frame=start_frame, fields=fields, fps=fps, span=span)
             with self._jobs_lock:
                 if self._interrupted:
                     raise KeyboardInterrupt

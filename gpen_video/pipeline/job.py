@@ -13,6 +13,7 @@ OUTPUT, and the pool goes on with the other jobs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
@@ -35,6 +36,7 @@ from ..worker.messages import (
     DetectBatch,
     Detected,
     EncoderInput,
+    Passed,
     RestoreBatch,
     Restored,
     ToEncode,
@@ -124,6 +126,29 @@ def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:
     return per_worker * (workers + 1) + lookahead + batch_frames
 
 
+@dataclass(frozen=True)
+class TimeRange:
+    """Where faces are restored: from ``start`` to before ``end`` (None: the end) seconds after
+    the first frame. Frames within ``margin`` seconds of it are detected and tracked too, so that
+    tracks and smoothing reach its edges as they do mid-clip; frames farther out are not detected."""
+
+    start: float
+    end: float | None
+    margin: float
+
+    def restores(self, time: float) -> bool:
+        return self.start <= time and (self.end is None or time < self.end)
+
+    def tracks(self, time: float) -> bool:
+        return self.start - self.margin <= time and (self.end is None or time < self.end + self.margin)
+
+
+def frame_time(picture: SourceFrame) -> float:
+    """The time of the frame a picture belongs to: a field's is its frame's, so that both fields
+    of a frame fall on the same side of a range's edge."""
+    return picture.field.whole.time if picture.field is not None else picture.time
+
+
 class Job:
     """One video (or photo) through the stages, its device work done by ``pool``'s workers;
     :meth:`run` returns when the output is complete. ``height`` x ``width`` is the pictures'
@@ -132,8 +157,10 @@ class Job:
     def __init__(self, source: FrameSource, writer: Writer, pool: WorkerPool, tracker: FaceTracker,
                  batch_frames: int, height: int, width: int, tracks: TracksWriter | None = None,
                  on_frame: Callable[[int, int], None] | None = None, start_frame: int = 0,
-                 fields: FieldOrder | None = None, fps: float = 25.0) -> None:
+                 fields: FieldOrder | None = None, fps: float = 25.0, span: TimeRange | None = None) -> None:
         self.source = source
+        self.span = span  # None: faces are restored over the whole clip
+        self.origin: float | None = None  # the first frame's time, which the span counts from
         self.height, self.width = height, width
         # An interlaced video's fields travel as pictures of their own, two per frame (media.fields);
         # every count below is of pictures, and the encoder weaves each frame's back together.
@@ -232,7 +259,8 @@ class Job:
             self._decode_from(items)
 
     def _decode_from(self, items: Iterator[SourceFrame | av.Packet]) -> None:
-        batch: list[SourceFrame] = []
+        batch: list[SourceFrame] = []  # to detect
+        passing: list[SourceFrame] = []  # outside the time range's margin: to encode as decoded
         while True:
             t0 = time.perf_counter()
             item = next(items, None)
@@ -247,9 +275,23 @@ class Job:
             self.clock.add("decode", time.perf_counter() - t0)
             for picture in pictures:
                 self.frames_decoded += 1
+                if self.origin is None:
+                    self.origin = frame_time(picture)
                 if picture.index < self.first_tracked:
                     continue
                 self._acquire_slot()
+                if self.span is not None and not self.span.tracks(frame_time(picture) - self.origin):
+                    if batch:
+                        self.pool.submit(self, DetectBatch(batch))
+                        batch = []
+                    passing.append(picture)
+                    if len(passing) == self.batch_frames:
+                        self.detected_batches.put(Passed(passing))
+                        passing = []
+                    continue
+                if passing:
+                    self.detected_batches.put(Passed(passing))
+                    passing = []
                 if self.stage_for_gpu:
                     t0 = time.perf_counter()
                     picture.buffers.stage(stage_planes(picture.frame, pinned=True))
@@ -260,6 +302,8 @@ class Job:
                     batch = []
         if batch:
             self.pool.submit(self, DetectBatch(batch))
+        if passing:
+            self.detected_batches.put(Passed(passing))
         self.detected_batches.put(DecodingDone(self.frames_decoded))
 
     def _track(self) -> None:
@@ -277,6 +321,8 @@ class Job:
             nonlocal batch
             for tracked in done:
                 source = sources.pop(tracked.index)
+                if self.span is not None and not self.span.restores(frame_time(source) - self.origin):
+                    tracked = dataclasses.replace(tracked, faces=[])  # tracked for its neighbours only
                 if tracked.index < self.start_frame or not tracked.faces:
                     source.buffers.release()
                 if tracked.index < self.start_frame:  # context for a resumed job, encoded before
@@ -301,6 +347,24 @@ class Job:
                     send(batch)
                     batch = []
 
+        def pass_by(frames: list[SourceFrame]) -> None:
+            """Frames past the tracked stretch: it ends here (its last frames final, their restoration
+            sent, or the encoder would wait for them while these take the frames in flight)."""
+            nonlocal batch
+            emit(self.tracker.flush())
+            if batch:
+                send(batch)
+                batch = []
+            for source in frames:
+                if source.index < self.start_frame:  # context for a resumed job, encoded before
+                    self.slots.release()
+                    continue
+                if self.tracks is not None:
+                    self.tracks.add(TrackedFrame(source.index, source.time, []),
+                                    source.field.parity if source.field is not None else None)
+                source.buffers.release()
+                self.to_encode.put(ToEncode(source, None))
+
         self.tracker.prepare()
         total: int | None = None
         while total is None or next_index < total:
@@ -311,12 +375,15 @@ class Job:
             waiting[message.frames[0].index] = message
             while next_index in waiting:
                 batch_in = waiting.pop(next_index)
+                next_index = batch_in.frames[-1].index + 1
+                if isinstance(batch_in, Passed):
+                    pass_by(batch_in.frames)
+                    continue
                 t0 = time.perf_counter()
                 for source, found, thumbnail in zip(batch_in.frames, batch_in.faces, batch_in.thumbnails):
                     sources[source.index] = source
                     emit(self.tracker.push(source.index, source.time, found, thumbnail))
                 self.clock.add("track", time.perf_counter() - t0)
-                next_index = batch_in.frames[-1].index + 1
         emit(self.tracker.flush())
         if batch:
             send(batch)

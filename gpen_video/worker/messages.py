@@ -67,6 +67,14 @@ class Detected:
 
 
 @dataclass
+class Passed:
+    """Frames outside a time range and its tracking margin, from the decoder to the tracker
+    without detection: the tracker sends them to the encoder as decoded, in their turn."""
+
+    frames: list[SourceFrame]
+
+
+@dataclass
 class DecodingDone:
     """The decoder's last word: how many pictures it decoded (fields of interlaced video count)."""
 
@@ -103,5 +111,5 @@ class TrackingDone:
     pictures: int
 
 
-TrackerInput = Detected | DecodingDone
+TrackerInput = Detected | Passed | DecodingDone
 EncoderInput = ToEncode | TrackingDone  # and av.Packet: another stream's packet, muxed as it is
