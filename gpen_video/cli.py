@@ -29,6 +29,7 @@ EXAMPLES = """examples:
   gpen-video talk.mp4 out.mkv --codec ffv1               lossless output
   gpen-video photo.jpg photo_restored.png                one image
   gpen-video talk.mp4 out.mp4 --tracks-out faces.json    also write what was restored, frame by frame
+  gpen-video talk.mp4 out.mp4 --start 1:05 --end 1:12.5  restore only that stretch; every frame is kept
   gpen-video clips/ restored/ --skip-existing            every video and image in clips/, into restored/
   gpen-video a.mp4 b.mov c.jpg restored/ --name '{stem}_gpen.{ext}'
 """
