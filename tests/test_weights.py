@@ -12,6 +12,7 @@ import torch
 
 from gpen_video.model import GPENConfig
 from gpen_video.model.weights import (
+    LICENCE_NOTICE,
     OFFICIAL_MODELS,
     OfficialModel,
     WeightsError,
@@ -130,7 +131,7 @@ def test_rejects_files_that_are_not_gpen_checkpoints(golden, tmp_path):
         load_gpen_weights(weights=tmp_path / "missing.pth")
 
 
-def test_downloads_into_the_cache_once(server, cache):
+def test_downloads_into_the_cache_once(server, cache, caplog):
     model = _small_model(f"{server}/GPEN-small.pth")
     path = fetch(model, progress=False)
     assert path == cache / "GPEN-small.pth"
@@ -138,6 +139,9 @@ def test_downloads_into_the_cache_once(server, cache):
     assert [p.name for p in cache.iterdir()] == ["GPEN-small.pth"]
     _Handler.files = {}  # a second call must not touch the network
     assert fetch(model, progress=False) == path
+    # The official weights' terms are said once, as they download, not on every later start.
+    notices = [r.getMessage() for r in caplog.records if "non-commercial" in r.getMessage()]
+    assert notices == [LICENCE_NOTICE.format(name=model.name)]
 
 
 def test_truncated_transfer_leaves_nothing_in_the_cache(server, cache):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import re
 import tempfile
@@ -18,6 +19,7 @@ from tqdm import tqdm
 from .config import GPENConfig
 from .reference import GPEN
 
+log = logging.getLogger(__name__)
 _MODELSCOPE = ("https://www.modelscope.cn/api/v1/models/damo/cv_gpen_image-portrait-enhancement-hires/"
                "repo?Revision=master&FilePath=")
 _VIGEN = "https://public-vigen-video.oss-cn-shanghai.aliyuncs.com/robin/models/"
@@ -51,6 +53,10 @@ OFFICIAL_MODELS: dict[str, OfficialModel] = {
     )
 }
 DEFAULT_MODEL = "GPEN-BFR-512"
+#: Said once, as the official weights download: the terms are their authors', not this tool's.
+LICENCE_NOTICE = ("{name}: GPEN's authors release their models \"for academic and non-commercial use only\" "
+                  "(the licence of github.com/yangxy/GPEN); for other use, pass --weights with GPEN-architecture "
+                  "weights you may use so")
 
 
 def cache_dir() -> Path:
@@ -94,6 +100,7 @@ def fetch(model: OfficialModel, progress: bool = True) -> Path:
     path = cache_dir() / model.filename
     if path.is_file():
         return path
+    log.warning(LICENCE_NOTICE.format(name=model.name))
     try:
         return download(model.url, path, model.approx_bytes, progress)
     except WeightsError as exc:
