@@ -17,9 +17,10 @@ def _points(array) -> list[list[float]]:
 FIELD_NAMES = {0: "top", 1: "bottom"}
 
 
-def frame_record(frame: TrackedFrame, field: int | None = None) -> dict:
+def frame_record(frame: TrackedFrame, field: int | None = None, restored: bool = True) -> dict:
     """One frame of the tracks file (schema in the README), or one field (by its first line) of
-    an interlaced frame, whose ``index`` then counts fields."""
+    an interlaced frame, whose ``index`` then counts fields; ``restored`` says whether its faces
+    were (not outside ``--start``/``--end``)."""
     record = {"index": frame.index, "time": round(frame.time, 6)}
     if field is not None:
         record["field"] = FIELD_NAMES[field]
@@ -32,6 +33,7 @@ def frame_record(frame: TrackedFrame, field: int | None = None) -> dict:
                 "box": [round(float(v), 3) for v in face.box],
                 "landmarks_raw": _points(face.landmarks_raw),
                 "landmarks": _points(face.landmarks),
+                "restored": restored,
             }
             for face in frame.faces
         ],
@@ -48,8 +50,8 @@ class TracksWriter:
         self.file.write('{"frames": [')
         self.first = True
 
-    def add(self, frame: TrackedFrame, field: int | None = None) -> None:
-        self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame, field)))
+    def add(self, frame: TrackedFrame, field: int | None = None, restored: bool = True) -> None:
+        self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame, field, restored)))
         self.first = False
 
     def close(self) -> None:

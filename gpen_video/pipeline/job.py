@@ -321,16 +321,17 @@ class Job:
             nonlocal batch
             for tracked in done:
                 source = sources.pop(tracked.index)
-                if self.span is not None and not self.span.restores(frame_time(source) - self.origin):
-                    tracked = dataclasses.replace(tracked, faces=[])  # tracked for its neighbours only
-                if tracked.index < self.start_frame or not tracked.faces:
-                    source.buffers.release()
                 if tracked.index < self.start_frame:  # context for a resumed job, encoded before
+                    source.buffers.release()
                     self.slots.release()
                     continue
+                restored = self.span is None or self.span.restores(frame_time(source) - self.origin)
                 if self.tracks is not None:
-                    self.tracks.add(tracked, source.field.parity if source.field is not None else None)
+                    self.tracks.add(tracked, source.field.parity if source.field is not None else None, restored)
+                if not restored:  # tracked for its neighbours in the range only
+                    tracked = dataclasses.replace(tracked, faces=[])
                 if not tracked.faces:
+                    source.buffers.release()
                     self.to_encode.put(ToEncode(source, None))
                 elif batch and source.buffers.device != batch[0][0].buffers.device:  # one batch, one device
                     send(batch)
