@@ -35,6 +35,14 @@ EXAMPLES = """examples:
 """
 
 
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C while the heavy modules import: nothing exists yet, so the process ends here. Raising
+    instead could land in Python code that torch's C++ is running (its import registers hooks
+    through pybind11), where an exception aborts the whole process with a C++ traceback."""
+    print("gpen-video: interrupted; nothing was written", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     """Stop like Ctrl-C, once: further signals must not interrupt the clean-up they asked for."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -101,16 +109,9 @@ def is_batch(paths: list[Path]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:  # before the job started (while the imports ran, say): nothing to keep
-        print("gpen-video: interrupted; nothing was written", file=sys.stderr, flush=True)
-        # An interrupt inside code that an extension ran while importing marks the interpreter as
-        # ended by an unhandled Ctrl-C even though it was handled here, and CPython would then
-        # kill itself with SIGINT on exit instead of returning 130. Nothing is open to clean up yet.
-        os._exit(130)
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    signal.signal(signal.SIGTERM, _interrupted_while_starting)
+    return _main(argv)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -125,6 +126,8 @@ def _main(argv: list[str] | None) -> int:
 
         from .pipeline.engine import Engine
 
+        signal.signal(signal.SIGINT, _interrupt)
+        signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
         options, job, batch = options_of(args)
         # Log lines through tqdm: a warning given while a bar runs (as a file ends) gets a line of its own.
         with logging_redirect_tqdm(), Engine(options, progress=not args.quiet) as engine:
