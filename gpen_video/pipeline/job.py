@@ -357,14 +357,8 @@ class Job:
                 send(batch)
                 batch = []
             for source in frames:
-                if source.index < self.start_frame:  # context for a resumed job, encoded before
-                    self.slots.release()
-                    continue
-                if self.tracks is not None:
-                    self.tracks.add(TrackedFrame(source.index, source.time, []),
-                                    source.field.parity if source.field is not None else None)
-                source.buffers.release()
-                self.to_encode.put(ToEncode(source, None))
+                sources[source.index] = source
+            emit([TrackedFrame(source.index, source.time, []) for source in frames])  # none detected
 
         self.tracker.prepare()
         total: int | None = None
