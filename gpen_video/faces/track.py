@@ -247,7 +247,11 @@ class FaceTracker:
 
     def _associate(self, frame: _PendingFrame, faces: list[Face]) -> None:
         matches = dict(self._match(faces))  # face index -> track
-        for i, face in enumerate(faces):
+        # New tracks are numbered left to right, not in the detector's order of scores: two faces
+        # of nearly equal score could swap ids between runs whose arithmetic differs by a rounding,
+        # and an editor picks ids (--tracks) from one run to use in another.
+        for i in sorted(range(len(faces)), key=lambda i: (faces[i].box[0], faces[i].box[1])):
+            face = faces[i]
             track = matches.get(i)
             if track is None:
                 track = _Track(next(self._ids), frame.seq, face, frame.seq, frame.clock)
