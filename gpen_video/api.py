@@ -20,7 +20,7 @@ from .pipeline.batch import restore_many as _restore_many
 from .pipeline.engine import Engine, Summary
 
 __all__ = ["BatchOptions", "Engine", "JobOptions", "JobResult", "RestoreOptions", "Summary",
-           "UsageError", "restore_image", "restore_many", "restore_video"]
+           "UsageError", "find_faces", "preview", "restore_image", "restore_many", "restore_video"]
 
 
 def _options(options: RestoreOptions | None, changes: dict[str, Any]) -> RestoreOptions:
@@ -51,6 +51,23 @@ def restore_image(input: str | Path, output: str | Path, options: RestoreOptions
     """Restore the faces of one photo (see :meth:`Engine.restore_image`)."""
     with Engine(_options(options, changes), progress) as engine:
         return engine.restore_image(input, output, _job(overwrite, False, None, tracks_out))
+
+
+def find_faces(input: str | Path, options: RestoreOptions | None = None, *, tracks_out: str | Path | None = None,
+               progress: bool = True, **changes: Any) -> Summary:
+    """Detect and track the faces of ``input`` without restoring them (``--detect-only``): the
+    summary's ``found`` lists the tracks, whose ids ``tracks=`` takes (see :meth:`Engine.find_faces`)."""
+    with Engine(_options(options, changes), progress) as engine:
+        return engine.find_faces(input, tracks_out)
+
+
+def preview(input: str | Path, sheet: str | Path, panels: int, options: RestoreOptions | None = None, *,
+            overwrite: bool = False, progress: bool = True, **changes: Any) -> Summary:
+    """A contact sheet of ``panels`` frames of ``input``, decoded beside restored (``--preview``;
+    see :meth:`Engine.preview`)."""
+    JobOptions(preview=panels)  # its range check
+    with Engine(_options(options, changes), progress) as engine:
+        return engine.preview(input, sheet, panels, overwrite)
 
 
 def restore_many(inputs: list[str | Path], output_dir: str | Path, options: RestoreOptions | None = None, *,

@@ -30,6 +30,9 @@ EXAMPLES = """examples:
   gpen-video photo.jpg photo_restored.png                one image
   gpen-video talk.mp4 out.mp4 --tracks-out faces.json    also write what was restored, frame by frame
   gpen-video talk.mp4 out.mp4 --start 1:05 --end 1:12.5  restore only that stretch; every frame is kept
+  gpen-video party.mp4 --detect-only --tracks-out faces.json   list the faces and their track ids, quickly
+  gpen-video party.mp4 out.mp4 --tracks 3,7              restore those two people only
+  gpen-video party.mp4 out.mp4 --faces largest           restore the main person of each shot only
   gpen-video clips/ restored/ --skip-existing            every video and image in clips/, into restored/
   gpen-video a.mp4 b.mov c.jpg restored/ --name '{stem}_gpen.{ext}'
 """
@@ -83,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
     p.add_argument("paths", type=Path, nargs="+", metavar="INPUT ... OUTPUT",
                    help="INPUT OUTPUT: a video (mp4, mov, mkv, webm, ...) or image, and where to write it (the "
-                        "container follows the extension); or several inputs and/or folders, then OUTDIR")
+                        "container follows the extension); or several inputs and/or folders, then OUTDIR; "
+                        "INPUT alone with --detect-only")
     p.add_argument("--version", action="version", version=f"gpen-video {__version__}")
     groups: dict[str, argparse._ArgumentGroup] = {}
     for owner in (RestoreOptions, JobOptions, BatchOptions):
@@ -119,7 +123,9 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)  # usage errors (exit 2) and --help before any file is read
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
-    if len(args.paths) < 2:
+    if args.detect_only and len(args.paths) != 1:
+        parser.error("--detect-only takes one INPUT and writes only --tracks-out: give no OUTPUT")
+    if len(args.paths) < 2 and not args.detect_only:
         parser.error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
     try:
         from tqdm.contrib.logging import logging_redirect_tqdm
@@ -131,12 +137,16 @@ def _main(argv: list[str] | None) -> int:
         options, job, batch = options_of(args)
         # Log lines through tqdm: a warning given while a bar runs (as a file ends) gets a line of its own.
         with logging_redirect_tqdm(), Engine(options, progress=not args.quiet) as engine:
-            if is_batch(args.paths):
+            if args.detect_only:
+                summary = engine.restore(args.paths[0], None, job)
+                print(summary.tracks_found.table())  # the result itself, on stdout; the summary goes to stderr
+            elif is_batch(args.paths):
                 return _run_batch(engine, args, job, batch)
-            summary = engine.restore(args.paths[0], args.paths[1], job)
+            else:
+                summary = engine.restore(args.paths[0], args.paths[1], job)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
-        if is_batch(args.paths):
+        if not args.detect_only and is_batch(args.paths):
             print(f"gpen-video: interrupted; the files finished before it are kept, those under way are not{kept}",
                   file=sys.stderr)
         else:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .faces.detect import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
+from .faces.select import FACE_CHOICES
 from .faces.track import DEFAULT_SMOOTH
 from .model.fast import PRECISIONS
 from .model.weights import DEFAULT_MODEL, OFFICIAL_MODELS
@@ -38,21 +39,34 @@ def _at_least(low: float, what: str = "") -> Check:
 
 
 def _between(low: float, high: float) -> Check:
-    return lambda v: None if low <= v <= high else f"must be in [{low}, {high}], got {v}"
+    return lambda v: None if v is None or low <= v <= high else f"must be in [{low}, {high}], got {v}"
 
 
 def _positive_threshold(v: float) -> str | None:
     return None if 0 < v <= 1 else f"must be in (0, 1], got {v}"
 
 
-def _gpu_list(text: str) -> tuple[int, ...]:
-    """``--gpus 0,1`` -> (0, 1)."""
-    import argparse
+def _numbers(flag: str, example: str) -> Callable[[str], tuple[int, ...]]:
+    """A flag's comma-separated whole numbers: ``--gpus 0,1`` -> (0, 1)."""
 
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--gpus takes GPU numbers like 0,1; got {text!r}") from None
+    def parse(text: str) -> tuple[int, ...]:
+        import argparse
+
+        try:
+            return tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes numbers like {example}; got {text!r}") from None
+
+    return parse
+
+
+def _track_ids(ids: tuple[int, ...] | None) -> str | None:
+    if ids is None:
+        return None
+    if not ids:
+        return "needs at least one track id"
+    negative = [i for i in ids if i < 0]
+    return f"takes track ids from 0 up, got {negative[0]}" if negative else None
 
 
 def parse_time(text: str) -> float:
@@ -104,8 +118,8 @@ class RestoreOptions(_Checked):
     one value can be handed to any worker, process or node."""
 
     gpus: tuple[int, ...] | None = option(
-        None, "comma-separated CUDA GPU numbers (default: 0 when a GPU exists)", "devices", parse=_gpu_list,
-        metavar="0,1")
+        None, "comma-separated CUDA GPU numbers (default: 0 when a GPU exists)", "devices",
+        parse=_numbers("--gpus", "0,1"), metavar="0,1")
     device: str | None = option(None, "force the CPU (slow) or CUDA", "devices", choices=("cpu", "cuda"))
     precision: str | None = option(None, "GPEN arithmetic (default fp16 on GPU, fp32 on CPU)", "devices",
                                    choices=sorted(PRECISIONS))
@@ -125,6 +139,14 @@ class RestoreOptions(_Checked):
     min_face: float = option(0.0, "ignore faces smaller than this many pixels", "faces", check=_at_least(0))
     max_faces: int | None = option(None, "restore at most this many faces per frame (largest score first)",
                                    "faces", check=_at_least(1, "a positive integer"))
+    faces: str = option("all", "which faces to restore, chosen per track so that it never flickers between "
+                               "people: all; largest, a track that is the largest face in at least half of its "
+                               "frames; center, one that is the nearest the centre likewise (a first pass over the "
+                               "clip finds them)", "faces", choices=FACE_CHOICES)
+    tracks: tuple[int, ...] | None = option(
+        None, "restore only these tracks, numbered as --tracks-out lists them (--detect-only lists them quickly); "
+              "a first pass over the clip checks that each exists", "faces", parse=_numbers("--tracks", "3,7"),
+        check=_track_ids, metavar="3,7")
     strength: float = option(1.0, "blend of restored over original, 0..1", "faces", check=_between(0.0, 1.0))
     smooth: float = option(DEFAULT_SMOOTH, "temporal smoothing of face tracks, a Gaussian sigma in frames "
                                            "(0 turns it off)", "faces", check=_at_least(0))
@@ -150,11 +172,19 @@ class RestoreOptions(_Checked):
                                parse=parse_time, metavar="TIME", check=_at_least(0))
 
     def __post_init__(self) -> None:
-        if self.gpus is not None:  # a list from the API: kept as a tuple, so the options stay hashable
-            object.__setattr__(self, "gpus", tuple(self.gpus))
+        for name in ("gpus", "tracks"):  # lists from the API: kept as tuples, so the options stay hashable
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         super().__post_init__()
+        if self.tracks is not None and self.faces != "all":
+            raise UsageError(f"--tracks and --faces {self.faces} both choose faces; give one")
         if self.end is not None and self.end <= (self.start or 0.0):
             raise UsageError(f"--end {self.end:g} must come after --start {self.start or 0.0:g}")
+
+    @property
+    def selects(self) -> bool:
+        """Whether only some tracks are restored, which a first pass over the clip must find."""
+        return self.faces != "all" or self.tracks is not None
 
     @property
     def time_range(self) -> tuple[float, float | None] | None:
@@ -204,9 +234,21 @@ class JobOptions(_Checked):
                                  check=_at_least(1, "a positive number of frames"))
     tracks_out: Path | None = option(None, "write the faces found and used per frame as JSON (with many inputs: "
                                            "a folder, one OUTPUT-name.json each)", "output")
+    detect_only: bool = option(False, "find and track the faces only, without GPEN: print each track (its id for "
+                                      "--tracks, when it is seen, its size) and write --tracks-out if given; takes "
+                                      "INPUT and no OUTPUT", "output")
+
+    preview: int | None = option(None, "write, instead of the video, a contact sheet (OUTPUT .png or .jpg) of this "
+                                       "many evenly spaced frames, decoded beside restored, faces boxed; it seeks "
+                                       "to them, so a long clip takes seconds", "output", check=_between(1, 64))
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.detect_only and self.resume:
+            raise UsageError("--detect-only and --resume cannot be combined (nothing is encoded to resume)")
+        if self.preview is not None and (self.resume or self.detect_only or self.tracks_out):
+            other = "--resume" if self.resume else "--detect-only" if self.detect_only else "--tracks-out"
+            raise UsageError(f"--preview writes only the contact sheet; it cannot be combined with {other}")
         if self.resume and self.tracks_out:
             raise UsageError("--tracks-out cannot be combined with --resume (a resumed run sees only part of "
                              "the video)")

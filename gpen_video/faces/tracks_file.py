@@ -17,10 +17,11 @@ def _points(array) -> list[list[float]]:
 FIELD_NAMES = {0: "top", 1: "bottom"}
 
 
-def frame_record(frame: TrackedFrame, field: int | None = None, restored: bool = True) -> dict:
+def frame_record(frame: TrackedFrame, field: int | None, restored: list[bool]) -> dict:
     """One frame of the tracks file (schema in the README), or one field (by its first line) of
-    an interlaced frame, whose ``index`` then counts fields; ``restored`` says whether its faces
-    were (not outside ``--start``/``--end``)."""
+    an interlaced frame, whose ``index`` then counts fields; ``restored`` says which of its faces
+    were (not those outside ``--start``/``--end``, nor those ``--faces`` or ``--tracks`` left out,
+    none in a --detect-only run)."""
     record = {"index": frame.index, "time": round(frame.time, 6)}
     if field is not None:
         record["field"] = FIELD_NAMES[field]
@@ -33,9 +34,9 @@ def frame_record(frame: TrackedFrame, field: int | None = None, restored: bool =
                 "box": [round(float(v), 3) for v in face.box],
                 "landmarks_raw": _points(face.landmarks_raw),
                 "landmarks": _points(face.landmarks),
-                "restored": restored,
+                "restored": was_restored,
             }
-            for face in frame.faces
+            for face, was_restored in zip(frame.faces, restored, strict=True)
         ],
     }
 
@@ -50,7 +51,7 @@ class TracksWriter:
         self.file.write('{"frames": [')
         self.first = True
 
-    def add(self, frame: TrackedFrame, field: int | None = None, restored: bool = True) -> None:
+    def add(self, frame: TrackedFrame, field: int | None, in_range: bool, restored: list[bool]) -> None:
         self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame, field, restored)))
         self.first = False
 

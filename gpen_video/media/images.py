@@ -52,7 +52,10 @@ class ImageWriter:
         self.tmp = partial_path(output)
 
     def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
-        rgb = (restored if restored is not None else source.frame).reformat(format="rgb24").to_ndarray()
+        self.write_rgb((restored if restored is not None else source.frame).reformat(format="rgb24").to_ndarray())
+
+    def write_rgb(self, rgb: np.ndarray) -> None:
+        """The picture from (H, W, 3) RGB24 samples."""
         if not cv2.imwrite(str(self.tmp), np.ascontiguousarray(rgb[:, :, ::-1])):
             raise OutputError(f"cannot write {self.output}")
 

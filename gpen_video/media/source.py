@@ -140,6 +140,7 @@ class VideoInfo:
     truncated: str = ""
     hdr: HdrMetadata | None = None  # HDR10 static metadata of the first frame
     fields: FieldOrder | None = None  # an interlaced video's field order; None when progressive
+    first_time: float = 0.0  # the first frame's time, seconds: where --start and --end count from
 
     @property
     def fps(self) -> float:
@@ -208,7 +209,7 @@ def probe(path: str | Path) -> VideoInfo:
         duration = float(stream.duration * stream.time_base) if stream.duration else None
         return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
                          stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
-                         HdrMetadata.of(first), FieldOrder.of(stream, first))
+                         HdrMetadata.of(first), FieldOrder.of(stream, first), float(first.time or 0.0))
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:
@@ -345,3 +346,48 @@ def read_frames(path: str | Path, limit: int | None = None) -> Iterator[SourceFr
             if limit is not None and item.index >= limit:
                 break
             yield item
+
+
+@dataclass
+class SeekReport:
+    """How many frames :func:`frames_at` decoded to reach its frames."""
+
+    decoded: int = 0
+
+
+def frames_at(path: str | Path, times: list[float], report: SeekReport | None = None) -> list[SourceFrame]:
+    """The first frame at or after each of ``times`` (seconds of the stream's clock, ascending;
+    the last frame for a time past the end). It seeks to the keyframe before each time and
+    decodes from there, or decodes on from the frame before when no keyframe lies between (the
+    file's index lists them): a few frames each, never more than the video up to the last time
+    (``report`` counts them). Each is a picture of its own, numbered 0 as a photo is."""
+    report = report if report is not None else SeekReport()
+    found: list[SourceFrame] = []
+    with open_input(path) as container:
+        video = video_stream(container)
+        keyframes = sorted(e.timestamp for e in video.index_entries if e.flags & 1)  # empty without an index
+        decoding: Iterator[av.VideoFrame] | None = None
+        last: av.VideoFrame | None = None  # the latest frame decoded
+        for time in times:
+            target = time / video.time_base
+            before = bisect.bisect_right(keyframes, target)  # keyframes at or before the target
+            key = keyframes[before - 1] if before else None
+            reached = last is not None and last.time is not None and last.time >= time - 1e-6
+            if not reached and (decoding is None or key is None or last is None or key > last.pts):
+                container.seek(int(target), backward=True, any_frame=False, stream=video)
+                decoding = container.decode(video)
+            try:
+                while not reached:
+                    frame = next(decoding, None)
+                    if frame is None:  # the end: the last frame stands for any time past it
+                        break
+                    report.decoded += 1
+                    last = frame
+                    reached = frame.time is None or frame.time >= time - 1e-6
+            except av.FFmpegError as exc:
+                raise InputError(f"{path}: cannot decode the frame at {time:.3f} s ({exc.strerror or exc})") from None
+            if last is None:
+                raise InputError(f"{path} has no decodable frame at or after {time:.3f} s")
+            planar = as_planar_yuv(last)
+            found.append(SourceFrame(0, planar, PlaneLayout.of(planar, Orientation.of_matrix(display_matrix(last)))))
+    return found

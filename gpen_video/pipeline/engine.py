@@ -6,7 +6,9 @@ costs a download or a compile."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -18,17 +20,29 @@ from pathlib import Path
 import av
 from tqdm import tqdm
 
+from ..faces.select import KnownTracks, TrackSurvey, describe_tracks
 from ..faces.track import FaceTracker
 from ..faces.tracks_file import TracksWriter
 from ..media.fields import FieldOrder
 from ..media.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
 from ..media.segments import SegmentedWriter, SegmentStore, work_dir_for
-from ..media.source import DecodeReport, InputError, SourceFrame, demux, open_input, probe
+from ..media.sheet import PanelCapture, contact_sheet
+from ..media.source import (
+    DecodeReport,
+    InputError,
+    SeekReport,
+    SourceFrame,
+    VideoInfo,
+    demux,
+    frames_at,
+    open_input,
+    probe,
+)
 from ..media.writer import CONTAINERS, VideoWriter
 from ..model.weights import load_gpen_weights
 from ..options import JobOptions, RestoreOptions, UsageError
 from ..worker.device import DeviceWorker, compile_cache
-from .job import FrameSource, Job, TimeRange, Writer, frames_per_batch
+from .job import FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
 from .scheduler import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -38,6 +52,28 @@ FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on
 #: its first frame comes 5.1 s later with a warm compile cache, 23.7 s with a cold one (run AS):
 #: it pays from ~800 faces warm, ~3700 cold (BENCHMARKS.md).
 COMPILE_FROM_FRAMES = {"warm": 1000, "cold": 3500}
+
+
+def preview_times(info: VideoInfo, time_range: tuple[float, float | None] | None, panels: int) -> tuple[float, ...]:
+    """The times (seconds of the stream's clock) of ``panels`` frames spread evenly over the
+    video, or over the time range (counted from the first frame): the middles of equal parts."""
+    length = info.duration if info.duration is not None else (info.frames or 1) / info.fps
+    start, end = time_range if time_range is not None else (0.0, None)
+    end = min(end, length) if end is not None else length
+    return tuple(info.first_time + start + (k + 0.5) * (end - start) / panels for k in range(panels))
+
+
+@dataclass(frozen=True)
+class Pictures:
+    """What a job's pictures are, as probed: how many (None: unknown), their upright size, the
+    smoothing they take (none for a photo), and a video's fields and rate."""
+
+    frames: int | None
+    height: int
+    width: int
+    smooth: float
+    fields: FieldOrder | None = None
+    fps: float = 25.0
 
 
 @dataclass
@@ -55,6 +91,9 @@ class Summary:
     #: Seconds the engine's start took in this job (weights, workers: building and compiling), if it started here.
     startup: dict[str, float] = field(default_factory=dict)
     first_frame_at: float | None = None  # time.perf_counter() when its first frame was written
+    choice: str = ""  # which tracks were restored, where --faces or --tracks chose
+    tracks_found: TrackSurvey | None = None  # --detect-only: the tracks found (nothing restored)
+    panels: int | None = None  # --preview: the sheet's frames (``frames`` then counts the frames decoded)
 
     @property
     def fps(self) -> float:
@@ -63,9 +102,18 @@ class Summary:
     def describe(self, started: float | None = None) -> str:
         """The closing report: frames, faces, time, where the start-up went (the first frame's time
         counted from ``started``, a ``time.perf_counter()``), and each stage's busy share of the wall time."""
-        lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
-                 f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
-        if started is not None and self.first_frame_at is not None:
+        if self.panels is not None:
+            lines = [f"{self.output}: {self.panels} frames from {self.frames} decoded, {self.faces} faces restored, "
+                     f"{self.seconds:.1f} s"]
+        elif self.tracks_found is not None:
+            lines = [f"{self.output}: {self.frames} frames, {self.tracks_found.faces} faces found in "
+                     f"{len(self.tracks_found.frames)} tracks, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
+        else:
+            lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
+                     f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
+        if self.choice:
+            lines.append(self.choice)
+        if started is not None and self.first_frame_at is not None and self.tracks_found is None:
             parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.startup.items())
             lines.append(f"first frame written {self.first_frame_at - started:.1f} s after the start"
                          + (f" (of which {parts})" if parts else ""))
@@ -170,16 +218,55 @@ class Engine:
         startup, self._startup = self._startup, {}
         return startup
 
-    def restore(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
+    def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
                 on_frame: FrameCallback | None = None) -> Summary:
-        """Restore ``input`` (a video, or an image by its extension) into ``output``."""
+        """Restore ``input`` (a video, or an image by its extension) into ``output``; with
+        ``job.detect_only``, find its faces instead (``output`` None; see :meth:`find_faces`)."""
+        job = job or JobOptions()
+        if job.detect_only:
+            if output is not None:
+                raise UsageError("--detect-only writes no video: give INPUT alone (and --tracks-out), no OUTPUT")
+            return self.find_faces(input, job.tracks_out, on_frame)
+        if output is None:
+            raise UsageError("give an OUTPUT to write (or --detect-only)")
+        if job.preview is not None:
+            return self.preview(input, output, job.preview, job.overwrite, on_frame)
         if Path(input).suffix.lower() in IMAGE_EXTENSIONS:
             return self.restore_image(input, output, job, on_frame)
         return self.restore_video(input, output, job, on_frame)
 
+    def _probe_video(self, input: Path) -> VideoInfo:
+        """The video's probe, with the checks that come before any work: the range starts inside
+        it, and a cut-off file is refused unless --allow-truncated."""
+        info = probe(input)
+        if self.options.start is not None and info.duration is not None and self.options.start >= info.duration:
+            raise InputError(f"--start {self.options.start:g} s is not inside {input.name}, which lasts "
+                             f"{info.duration:.3f} s")
+        if info.truncated:
+            if not self.options.allow_truncated:
+                raise InputError(f"{info.truncated}; pass --allow-truncated to restore what is there")
+            log.warning("%s; restoring every frame that decodes", info.truncated)
+        return info
+
+    @contextlib.contextmanager
+    def _demuxed(self, input: Path, info: VideoInfo) -> Iterator[FrameSource]:
+        """A pass of its own over the video's pictures (the first pass that chooses tracks, or
+        --detect-only), its container closed afterwards."""
+        container = open_input(input)
+        try:
+            report = DecodeReport(info.truncated)
+            yield lambda streams: demux(container, streams, self.options.allow_truncated, report)
+        finally:
+            container.close()
+
+    @staticmethod
+    def _pictures(info: VideoInfo, smooth: float) -> Pictures:
+        return Pictures(info.frames, info.height, info.width, smooth, info.fields, info.fps)
+
     def restore_video(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
                       on_frame: FrameCallback | None = None) -> Summary:
-        """Restore every face in ``input`` and write ``output``; audio, timing and metadata are kept.
+        """Restore every face in ``input`` (those chosen, with ``--faces`` or ``--tracks``) and
+        write ``output``; audio, timing and metadata are kept.
 
         With ``job.resume`` the video is encoded in segments kept in a work directory beside
         ``output``; a later job with ``resume`` continues after the last finished one. Raises
@@ -190,14 +277,8 @@ class Engine:
         job = job or JobOptions()
         input, output = Path(input), Path(output)
         check_paths(input, output, job.overwrite, CONTAINERS)
-        info = probe(input)
-        if self.options.start is not None and info.duration is not None and self.options.start >= info.duration:
-            raise InputError(f"--start {self.options.start:g} s is not inside {input.name}, which lasts "
-                             f"{info.duration:.3f} s")
-        if info.truncated:
-            if not self.options.allow_truncated:
-                raise InputError(f"{info.truncated}; pass --allow-truncated to restore what is there")
-            log.warning("%s; restoring every frame that decodes", info.truncated)
+        info = self._probe_video(input)
+        pictures = self._pictures(info, self.options.smooth)
         container = open_input(input)
         report = DecodeReport(info.truncated)  # the cut found in the file's index, if any
         try:
@@ -206,6 +287,8 @@ class Engine:
                 # After the writer, which checks the encoder settings: a wrong option must not cost
                 # a download. Before --resume's work directory, which a failed download must not leave.
                 workers = self.workers(info.frames)
+                with self._demuxed(input, info) as first_pass:
+                    chosen, choice, _ = self._choose(input.name, first_pass, pictures, on_frame)
                 start_frame = 0
                 if job.resume:
                     stat = input.stat()
@@ -221,11 +304,11 @@ class Engine:
             def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
                 return demux(container, streams, self.options.allow_truncated, report)
 
-            summary = self._run(source, writer, workers, job, on_frame, info.frames, info.height, info.width,
-                                FaceTracker(smooth=self.options.smooth), start_frame, info.fields, info.fps)
+            summary = self._run(source, writer, workers, self._tracks_file(job), on_frame, pictures,
+                                start_frame, chosen)
         finally:
             container.close()
-        summary.resumed_at, summary.truncated = start_frame, report.truncated
+        summary.resumed_at, summary.truncated, summary.choice = start_frame, report.truncated, choice
         return summary
 
     def restore_image(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
@@ -234,48 +317,163 @@ class Engine:
         one-picture job on the same pipeline, without smoothing (there is no time to smooth over)."""
         job = job or JobOptions()
         input, output = Path(input), Path(output)
-        if self.options.time_range is not None:
-            raise UsageError(f"--start and --end apply to videos; {input.name} is an image")
+        self._refuse_range(input)
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
         picture = read_image(input)
         writer = ImageWriter(output, job.overwrite)
         try:
             workers = self.workers(1)
+            pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
+            # The first pass reads its own copy: a picture's buffers go through their lifecycle once.
+            chosen, choice, _ = self._choose(input.name, photo_source(read_image(input)), pictures, on_frame)
         except BaseException:
             writer.abort()
             raise
-        height, width = picture.frame.height, picture.frame.width
-        return self._run(photo_source(picture), writer, workers, job, on_frame, 1, height, width,
-                         FaceTracker(smooth=0))
+        summary = self._run(photo_source(picture), writer, workers, self._tracks_file(job), on_frame, pictures,
+                            chosen=chosen)
+        summary.choice = choice
+        return summary
 
-    def _run(self, source: FrameSource, writer: Writer, workers: list[DeviceWorker], job: JobOptions,
-             on_frame: FrameCallback | None, frames: int | None, height: int, width: int, tracker: FaceTracker,
-             start_frame: int = 0, fields: FieldOrder | None = None, fps: float = 25.0) -> Summary:
-        """One job through the pipeline, with its progress and tracks file; ``writer`` is aborted
-        on any failure, so nothing is left at OUTPUT."""
-        tracks = None
-        lowered = [w.out_of_memory for w in workers]
+    def find_faces(self, input: str | Path, tracks_out: str | Path | None = None,
+                   on_frame: FrameCallback | None = None) -> Summary:
+        """``--detect-only``: detect and track the faces of ``input`` (a video or photo), without
+        GPEN and without writing a picture; the summary's ``tracks_found`` lists the tracks, and
+        ``tracks_out`` (if given) gets the tracks file. The track ids are those a restoration with
+        the same detection options numbers (``--tracks`` takes them)."""
+        input = Path(input)
+        tracks_out = Path(tracks_out) if tracks_out is not None else None
+        if tracks_out is not None and not tracks_out.resolve().parent.is_dir():
+            raise UsageError(f"--tracks-out: directory does not exist: {tracks_out.resolve().parent}")
+        if input.suffix.lower() in IMAGE_EXTENSIONS:
+            self._refuse_range(input)
+            picture = read_image(input)
+            pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
+            return self._find(photo_source(picture), input, tracks_out, self.workers(1), on_frame, pictures)
+        info = self._probe_video(input)
+        workers = self.workers(info.frames)
+        with self._demuxed(input, info) as source:
+            return self._find(source, input, tracks_out, workers, on_frame, self._pictures(info, self.options.smooth))
+
+    def _find(self, source: FrameSource, input: Path, tracks_out: Path | None, workers: list[DeviceWorker],
+               on_frame: FrameCallback | None, pictures: Pictures) -> Summary:
+        survey = TrackSurvey(self.options.faces, pictures.height, pictures.width)
+        logs = (survey,) if tracks_out is None else (survey, TracksWriter(tracks_out))
+        summary = self._run(source, NoOutput(tracks_out or input), workers, logs, on_frame, pictures, restore=False)
+        summary.tracks_found = survey
+        return summary
+
+    def preview(self, input: str | Path, output: str | Path, panels: int, overwrite: bool = False,
+                on_frame: FrameCallback | None = None) -> Summary:
+        """``--preview``: ``output``, a contact sheet of ``panels`` frames evenly spaced over the
+        video (over ``--start``/``--end`` if given), each decoded beside restored, its faces boxed.
+        It seeks to each frame and restores it alone, as a photo: a long clip takes seconds. With
+        ``--tracks`` or ``--faces``, the first pass a render makes numbers the tracks (it reads
+        the whole clip), and the frames are restored and labelled with them."""
+        input, output = Path(input), Path(output)
+        if input.suffix.lower() in IMAGE_EXTENSIONS:
+            raise UsageError(f"--preview samples the frames of a video; {input.name} is an image")
+        check_paths(input, output, overwrite, IMAGE_EXTENSIONS)
+        info = self._probe_video(input)
+        if info.fields is not None:
+            raise UsageError(f"--preview does not take interlaced video yet ({input.name} is {info.fields.name}); "
+                             f"render a short --start/--end stretch instead")
+        times = preview_times(info, self.options.time_range, panels)
+        writer = ImageWriter(output, overwrite)
+        started = time.perf_counter()
         try:
+            workers = self.workers(panels)
+            pictures = self._pictures(info, self.options.smooth)
+            chosen, choice, survey = None, "", None
+            if self.options.selects:
+                with self._demuxed(input, info) as first_pass:
+                    chosen, choice, survey = self._choose(input.name, first_pass, pictures, on_frame, times)
+            seek = SeekReport()
+            rows = []
+            for frame in frames_at(input, list(times), seek):
+                capture = PanelCapture(frame, labelled=survey is not None)
+                tracker = KnownTracks(survey.kept) if survey is not None else FaceTracker(smooth=0)
+                self._run(photo_source(frame), capture, workers, (capture,), lambda done, found: None,
+                          Pictures(1, info.height, info.width, smooth=0), chosen=chosen, tracker=tracker,
+                          ranged=False)
+                rows.append(capture.panel())
+            writer.write_rgb(contact_sheet(rows, f"{input.name}: as decoded, faces boxed"))
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        faces = sum(box.restored for row in rows for box in row.boxes)
+        return Summary(output, seek.decoded, faces, sum(any(b.restored for b in r.boxes) for r in rows),
+                       time.perf_counter() - started, startup=self._take_startup(), panels=len(rows), choice=choice)
+
+    def _refuse_range(self, input: Path) -> None:
+        if self.options.time_range is not None:
+            raise UsageError(f"--start and --end apply to videos; {input.name} is an image")
+
+    @staticmethod
+    def _tracks_file(job: JobOptions) -> tuple[FaceLog, ...]:
+        return (TracksWriter(Path(job.tracks_out)),) if job.tracks_out else ()
+
+    def _choose(self, name: str, source: FrameSource, pictures: Pictures, on_frame: FrameCallback | None,
+                keep_times: tuple[float, ...] = ()) -> tuple[frozenset[int] | None, str, TrackSurvey | None]:
+        """The tracks to restore (None: every face), a line saying so, and the survey that found
+        them (which keeps the frames at ``keep_times``). Where the options choose some
+        (``--faces``, ``--tracks``), a first pass detects and tracks the whole clip without
+        restoring: ``largest`` and ``center`` need each track's whole life, and a ``--tracks`` id
+        that does not exist is an error before anything is restored."""
+        if not self.options.selects:
+            return None, "", None
+        survey = TrackSurvey(self.options.faces, pictures.height, pictures.width, keep_times)
+        quiet = (lambda frames, faces: None) if on_frame is not None else None  # a batch's bar counts the render
+        result = self._run(source, NoOutput(Path(name)), self.workers(pictures.frames), (survey,), quiet, pictures,
+                           restore=False)
+        if self.options.tracks is None:
+            chosen = survey.chosen()
+        else:
+            missing = [t for t in self.options.tracks if t not in survey.frames]
+            if missing:
+                where = " between --start and --end" if self.options.time_range is not None else ""
+                raise UsageError(f"--tracks {missing[0]}: {name} has no such track{where} (its tracks: "
+                                 f"{describe_tracks(survey.frames)}; --detect-only --tracks-out lists them)")
+            chosen = frozenset(self.options.tracks)
+        return chosen, (f"tracks restored: {describe_tracks(chosen)} of {describe_tracks(survey.frames)} "
+                        f"(found by a first pass over the clip, {result.seconds:.1f} s)"), survey
+
+    def _run(self, source: FrameSource, writer: Writer, workers: list[DeviceWorker], logs: tuple[FaceLog, ...],
+             on_frame: FrameCallback | None, pictures: Pictures, start_frame: int = 0,
+             chosen: frozenset[int] | None = None, restore: bool = True,
+             tracker: FaceTracker | KnownTracks | None = None, ranged: bool = True) -> Summary:
+        """One job through the pipeline, with its progress and ``logs`` (the tracks file, the
+        survey of tracks); ``writer`` and ``logs`` are aborted on any failure, so nothing is left
+        at OUTPUT. ``tracker`` defaults to a new one with the pictures' smoothing; the options'
+        time range applies where ``ranged``."""
+        lowered = [w.out_of_memory for w in workers]
+        frames = pictures.frames
+        try:
+            tracker = tracker or FaceTracker(smooth=pictures.smooth)
             # Never more frames to a batch than the job has: a photo's detection runs on one frame.
-            batch_frames = min(frames_per_batch(self.options.batch_size, width * height),
+            batch_frames = min(frames_per_batch(self.options.batch_size, pictures.width * pictures.height),
                                frames or self.options.batch_size)
-            tracks = TracksWriter(Path(job.tracks_out)) if job.tracks_out else None
-            bar = tqdm(total=frames, initial=start_frame, unit="frame",
+            bar = tqdm(total=frames, initial=start_frame, unit="frame", desc=None if restore else "finding faces",
                        disable=not self.progress or on_frame is not None, dynamic_ncols=True)
             faces = [0]
 
             def count(done: int, found: int) -> None:
                 faces[0] += found
                 bar.update(done)
-                bar.set_postfix(faces=faces[0], refresh=False)
+                if restore:
+                    bar.set_postfix(faces=faces[0], refresh=False)
                 if on_frame is not None:
                     on_frame(done, found)
 
             span = None
-            if self.options.time_range is not None:  # tracked twice the tracker's context around it
-                span = TimeRange(*self.options.time_range, margin=2 * tracker.context / fps)
-            running = Job(source, writer, self._pool, tracker, batch_frames, height, width, tracks=tracks,
-                          on_frame=count, start_frame=start_frame, fields=fields, fps=fps, span=span)
+            if ranged and self.options.time_range is not None:  # tracked twice the tracker's context around it
+                margin = 2 * tracker.context / pictures.fps
+                span = TimeRange(*self.options.time_range, before=math.inf if self.options.selects else margin,
+                                 after=margin)
+            running = Job(source, writer, self._pool, tracker, batch_frames, pictures.height, pictures.width,
+                          logs=logs, on_frame=count, start_frame=start_frame, fields=pictures.fields,
+                          fps=pictures.fps, span=span, chosen=chosen, restore=restore,
+                          whole_tracks=self.options.selects)
             with self._jobs_lock:
                 if self._interrupted:
                     raise KeyboardInterrupt
@@ -288,8 +486,8 @@ class Engine:
                 bar.close()
         except BaseException:
             writer.abort()
-            if tracks is not None:
-                tracks.abort()
+            for log in logs:
+                log.abort()
             raise
         memory = [f"{w.device}: out of memory {w.out_of_memory - before} time(s), GPEN batch lowered to {w.face_batch}"
                   for w, before in zip(workers, lowered) if w.out_of_memory > before]

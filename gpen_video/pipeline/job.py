@@ -19,12 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import av
 
 from ..faces.track import FaceTracker, TrackedFrame
-from ..faces.tracks_file import TracksWriter
 from ..media.fields import FieldOrder, weave
 from ..media.images import ImageWriter
 from ..media.segments import SegmentedWriter
@@ -66,7 +66,41 @@ def woven_frame(fields: list[ToEncode]) -> ToEncode:
 #: and those streams' packets, in file order (media.source.demux; a photo; later a GPU decoder).
 #: The decode thread closes it, however the run ends.
 FrameSource = Callable[[set[int]], Generator[SourceFrame | av.Packet, None, None]]
-Writer = VideoWriter | SegmentedWriter | ImageWriter
+
+
+class NoOutput:
+    """The writer of a job that makes no picture (--detect-only, the pass that chooses tracks):
+    the encoder thread only counts what it is given."""
+
+    copied_streams: set[int] = set()
+
+    def __init__(self, output: Path) -> None:
+        self.output = output  # what the job's summary names
+        self.warnings: list[str] = []
+
+    def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
+        """Nothing to encode."""
+
+    def close(self) -> None:
+        """Nothing to finish."""
+
+    def abort(self) -> None:
+        """Nothing to remove."""
+
+
+Writer = VideoWriter | SegmentedWriter | ImageWriter | NoOutput
+
+
+class FaceLog(Protocol):
+    """What hears each tracked picture, in order: the tracks file, or a survey of the tracks
+    (faces.select). ``in_range`` says whether the picture lies where faces are restored,
+    ``restored`` which of its faces were."""
+
+    def add(self, frame: TrackedFrame, field: int | None, in_range: bool, restored: list[bool]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class Stopped(Exception):
@@ -129,18 +163,21 @@ def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:
 @dataclass(frozen=True)
 class TimeRange:
     """Where faces are restored: from ``start`` to before ``end`` (None: the end) seconds after
-    the first frame. Frames within ``margin`` seconds of it are detected and tracked too, so that
-    tracks and smoothing reach its edges as they do mid-clip; frames farther out are not detected."""
+    the first frame. Frames up to ``before`` seconds before it and ``after`` seconds after it are
+    detected and tracked too, so that tracks and smoothing reach its edges as they do mid-clip
+    (``before`` is infinite where track ids must be those of a whole clip); frames farther out are
+    not detected."""
 
     start: float
     end: float | None
-    margin: float
+    before: float
+    after: float
 
     def restores(self, time: float) -> bool:
         return self.start <= time and (self.end is None or time < self.end)
 
     def tracks(self, time: float) -> bool:
-        return self.start - self.margin <= time and (self.end is None or time < self.end + self.margin)
+        return self.start - self.before <= time and (self.end is None or time < self.end + self.after)
 
 
 def frame_time(picture: SourceFrame) -> float:
@@ -152,14 +189,22 @@ def frame_time(picture: SourceFrame) -> float:
 class Job:
     """One video (or photo) through the stages, its device work done by ``pool``'s workers;
     :meth:`run` returns when the output is complete. ``height`` x ``width`` is the pictures'
-    upright size, which the workers prepare their detection for."""
+    upright size, which the workers prepare their detection for.
+
+    Faces are restored within ``span`` (None: everywhere), on the ``chosen`` tracks (None: all);
+    a job that does not ``restore`` only detects and tracks, for its ``logs``. ``whole_tracks``
+    tracks from the first picture whatever is restored, so that track ids are those of a run over
+    the whole clip (a choice of tracks refers to them)."""
 
     def __init__(self, source: FrameSource, writer: Writer, pool: WorkerPool, tracker: FaceTracker,
-                 batch_frames: int, height: int, width: int, tracks: TracksWriter | None = None,
+                 batch_frames: int, height: int, width: int, logs: tuple[FaceLog, ...] = (),
                  on_frame: Callable[[int, int], None] | None = None, start_frame: int = 0,
-                 fields: FieldOrder | None = None, fps: float = 25.0, span: TimeRange | None = None) -> None:
+                 fields: FieldOrder | None = None, fps: float = 25.0, span: TimeRange | None = None,
+                 chosen: frozenset[int] | None = None, restore: bool = True, whole_tracks: bool = False) -> None:
         self.source = source
-        self.span = span  # None: faces are restored over the whole clip
+        self.span = span
+        self.chosen = chosen
+        self.restore = restore
         self.origin: float | None = None  # the first frame's time, which the span counts from
         self.height, self.width = height, width
         # An interlaced video's fields travel as pictures of their own, two per frame (media.fields);
@@ -171,7 +216,7 @@ class Job:
         self.pool = pool
         self.tracker = tracker
         self.batch_frames = batch_frames
-        self.tracks = tracks
+        self.logs = logs
         self.on_frame = on_frame or (lambda frames, faces: None)
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
@@ -184,7 +229,7 @@ class Job:
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
         self.start_frame = start_frame * self.pictures_per_frame
-        self.first_tracked = max(0, self.start_frame - tracker.context)
+        self.first_tracked = 0 if whole_tracks else max(0, self.start_frame - tracker.context)
         self.frames_decoded = 0
         # GPU workers upload from pinned buffers; the decode thread fills them, off the workers' thread.
         self.stage_for_gpu = any(w.device.type == "cuda" for w in pool.workers)
@@ -325,11 +370,13 @@ class Job:
                     source.buffers.release()
                     self.slots.release()
                     continue
-                restored = self.span is None or self.span.restores(frame_time(source) - self.origin)
-                if self.tracks is not None:
-                    self.tracks.add(tracked, source.field.parity if source.field is not None else None, restored)
-                if not restored:  # tracked for its neighbours in the range only
-                    tracked = dataclasses.replace(tracked, faces=[])
+                in_range = self.span is None or self.span.restores(frame_time(source) - self.origin)
+                restored = [in_range and self.restore and (self.chosen is None or face.track in self.chosen)
+                            for face in tracked.faces]
+                for log in self.logs:
+                    log.add(tracked, source.field.parity if source.field is not None else None, in_range, restored)
+                if not all(restored):  # the others were tracked for their neighbours, or not chosen
+                    tracked = dataclasses.replace(tracked, faces=[f for f, r in zip(tracked.faces, restored) if r])
                 if not tracked.faces:
                     source.buffers.release()
                     self.to_encode.put(ToEncode(source, None))
@@ -438,8 +485,8 @@ class Job:
         if self.errors:
             self._shut_down(threads)
             raise self.errors[0]
-        if self.tracks is not None:
-            self.tracks.close()
+        for log in self.logs:
+            log.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
                               self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy),
                               self.first_frame_at)
@@ -465,5 +512,5 @@ class Job:
             while not q.empty():
                 q.get_nowait()
         self.writer.abort()
-        if self.tracks is not None:
-            self.tracks.abort()
+        for log in self.logs:
+            log.abort()
