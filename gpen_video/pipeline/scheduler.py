@@ -124,13 +124,20 @@ class WorkerPool:
             thread.start()
 
     def close(self) -> None:
-        """Every worker finishes what it holds and stops; waited for even through another Ctrl-C,
-        as a thread still queuing CUDA work when the process exits would crash it."""
+        """Every worker finishes what it holds and stops, and closes; waited for even through
+        another Ctrl-C, as a thread still queuing CUDA work when the process exits would crash it."""
         self.tasks.close()
         for thread in self.threads:
             while thread.is_alive():
                 try:
                     thread.join()
+                except KeyboardInterrupt:
+                    continue
+        for worker in self.workers:
+            while True:
+                try:
+                    worker.close()
+                    break
                 except KeyboardInterrupt:
                     continue
 

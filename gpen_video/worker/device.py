@@ -118,6 +118,14 @@ class DeviceWorker:
         self.reference = reference_points(self.crop_size)
         self.detect_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
+    def close(self) -> None:
+        """Wait for GPEN's warm-up, which runs in a thread of its own until the first restoration
+        joins it: in a job that restores nothing (--detect-only) it may still be queuing CUDA work
+        when the process exits, which would abort it."""
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
+
     @torch.no_grad()
     def _warm_up(self) -> None:
         """One GPEN batch of zeros: the host's choices for its shape are made once it is queued."""
@@ -208,9 +216,7 @@ class DeviceWorker:
         On CUDA out-of-memory the batch is halved for good and the same faces are run again: no
         face is dropped or repeated.
         """
-        if self._warming is not None:
-            self._warming.join()
-            self._warming = None
+        self.close()
         out = []
         start = 0
         while start < len(crops):

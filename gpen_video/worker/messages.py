@@ -47,6 +47,8 @@ class Worker(Protocol):
     def queue_restore(self, frames: Sequence[SourceFrame],
                       faces: Sequence[Sequence[FaceSpec]]) -> Pending[list[Restored]]: ...
 
+    def close(self) -> None: ...
+
 
 # ---- decode -> workers -> tracker -------------------------------------------------------------
 
