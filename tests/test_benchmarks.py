@@ -61,6 +61,14 @@ def test_batch_bench_smoke(tmp_path, golden):
     assert numbers["separate_over_batch"] == round(numbers["separate_mean_s"] * 3 / numbers["batch_s"], 2)
 
 
+def test_controls_bench_smoke(tmp_path, golden):
+    numbers = _smoke("controls_bench.py", tmp_path, golden)
+    assert all(numbers[k] > 0 for k in ("render_s", "largest_s", "tracks_s", "detect_only_s", "preview_s",
+                                         "preview_long_s"))
+    assert numbers["largest_over_render"] == round(numbers["largest_s"] / numbers["render_s"], 3)
+    assert 2 <= numbers["preview_decoded"] <= numbers["preview_long_decoded"] <= 50  # 25 and 50 frames
+
+
 def test_startup_bench_smoke(tmp_path, golden):
     numbers = _smoke("startup_bench.py", tmp_path, golden)
     assert numbers["import_s"] > 0

@@ -1,0 +1,86 @@
+"""What the editors' controls cost, against the render a user gets by default.
+
+Builds a ``--seconds`` clip of the real 1080p crowd (looped, ~8 faces a frame) and times, each as
+a fresh ``gpen-video`` process (start-up included, as a user waits for it) on one machine:
+
+- render: every face (the default);
+- largest: ``--faces largest``, a first pass that detects and tracks the whole clip, then the render;
+- tracks: ``--tracks 0``, the same first pass, then a render of one track;
+- detect-only: ``--detect-only --tracks-out``, the pass alone;
+- preview: ``--preview --panels`` on the clip and on one ``--long`` times as long, which seeks, so
+  its time should not grow with the clip; the frames it decoded are read from its summary.
+
+Prints seconds, each ratio to the render, and the preview's decoded frames.
+
+    python benchmarks/controls_bench.py --weights G.pth --detector-weights R.pth [--seconds 60]
+    python benchmarks/controls_bench.py --smoke ...   # CPU, a one-second clip: checks the harness
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pipeline_bench import SHARED, build_clip
+
+SOURCE = "multi_face_crowd_facenet_pytorch.mp4"
+SMOKE_SOURCE = "talking_head_speech_liveportrait_d20.mp4"  # one large face: found at 320x320 too
+
+
+def cli(home: Path, *args: object) -> tuple[float, str]:
+    """Seconds one ``gpen-video`` process takes, start to exit, and what it printed on stderr."""
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args)], check=True, text=True,
+                         env={**os.environ, "GPEN_VIDEO_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    return time.perf_counter() - start, run.stderr
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--detector-weights", required=True)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--long", type=float, default=10.0, help="the preview's second clip, this many times as long")
+    ap.add_argument("--panels", type=int, default=8)
+    ap.add_argument("--json", help="also write the numbers to this file")
+    ap.add_argument("--smoke", action="store_true", help="CPU, a one-second 320x320 talking head")
+    args = ap.parse_args()
+    if args.smoke:
+        args.seconds, args.long, args.panels = 1.0, 2.0, 2
+    flags = ["--weights", args.weights, "--detector", "retinaface-mobile", "--detector-weights",
+             args.detector_weights, *(["--device", "cpu"] if args.smoke else [])]
+    rows: dict[str, object] = {"seconds_of_video": args.seconds, "panels": args.panels}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        source, size = (SHARED / SMOKE_SOURCE, (320, 320)) if args.smoke else (SHARED / SOURCE, None)
+        clip = build_clip(source, tmp / "clip.mp4", args.seconds, size)
+        long = build_clip(source, tmp / "clip-long.mp4", args.seconds * args.long, size)
+        home = tmp / "home"
+        cli(home, clip, tmp / "warm-up.mp4", *flags, "--quiet")  # the compile cache and the disk cache
+        rows["render_s"], _ = cli(home, clip, tmp / "all.mp4", *flags, "--quiet")
+        rows["largest_s"], _ = cli(home, clip, tmp / "largest.mp4", *flags, "--faces", "largest", "--quiet")
+        rows["tracks_s"], _ = cli(home, clip, tmp / "tracks.mp4", *flags, "--tracks", "0", "--quiet")
+        rows["detect_only_s"], _ = cli(home, clip, *flags, "--detect-only", "--tracks-out", tmp / "faces.json")
+        for name, source in (("preview", clip), ("preview_long", long)):
+            seconds, said = cli(home, source, tmp / f"{name}.png", *flags, "--preview", args.panels)
+            rows[f"{name}_s"] = seconds
+            rows[f"{name}_decoded"] = int(re.search(r"frames from (\d+) decoded", said).group(1))
+    for key in ("render_s", "largest_s", "tracks_s", "detect_only_s", "preview_s", "preview_long_s"):
+        rows[key] = round(rows[key], 2)
+    for key in ("largest_s", "tracks_s", "detect_only_s", "preview_s"):
+        rows[f"{key[:-2]}_over_render"] = round(rows[key] / rows["render_s"], 3)
+    print(json.dumps(rows, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
