@@ -147,6 +147,11 @@ class RestoreOptions(_Checked):
         None, "restore only these tracks, numbered as --tracks-out lists them (--detect-only lists them quickly); "
               "a first pass over the clip checks that each exists", "faces", parse=_numbers("--tracks", "3,7"),
         check=_track_ids, metavar="3,7")
+    mask: str = option("box", "the paste-back mask: box, the official feathered rectangle; parse, the face as a "
+                              "face-parsing network (facexlib's ParseNet, as the official GPEN) finds it: skin, "
+                              "features, hair and neck, not the background, a hat or clothes, so a hand or a "
+                              "microphone in front of the face stays as it was", "faces", choices=("box", "parse"))
+    parse_weights: Path | None = option(None, "face-parser checkpoint for --mask parse (never downloads)", "faces")
     strength: float = option(1.0, "blend of restored over original, 0..1", "faces", check=_between(0.0, 1.0))
     smooth: float = option(DEFAULT_SMOOTH, "temporal smoothing of face tracks, a Gaussian sigma in frames "
                                            "(0 turns it off)", "faces", check=_at_least(0))

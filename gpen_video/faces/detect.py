@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from ..model.graphs import GraphedModel, padded
-from ..model.weights import WeightsError, cache_dir, download
+from ..model.weights import WeightsError, helper_weights
 from ..worker.transfer import Pending, to_device, to_host
 
 #: Detector name -> (facexlib network name, official facexlib download URL).
@@ -69,19 +69,8 @@ def detector_weights(name: str, path: str | Path | None = None, progress: bool =
     """The detector checkpoint: ``path`` if given (never downloads), else the cached official file."""
     if name not in DETECTORS:
         raise WeightsError(f"unknown detector {name!r}; choose one of {', '.join(DETECTORS)}")
-    if path is not None:
-        if not Path(path).is_file():
-            raise WeightsError(f"detector weights not found: {path}")
-        return Path(path)
-    url = DETECTORS[name][1]
-    dest = cache_dir() / url.rsplit("/", 1)[1]
-    if dest.is_file():
-        return dest
-    try:
-        return download(url, dest, progress=progress)
-    except WeightsError as exc:
-        raise WeightsError(f"{name} weights are not in the cache and could not be downloaded ({exc}). "
-                           f"Download {url} by hand and save it as {dest}, or pass --detector-weights PATH.") from None
+    what = "detector" if path is not None else name
+    return helper_weights(what, DETECTORS[name][1], path, "--detector-weights", progress)
 
 
 class FaceDetector:

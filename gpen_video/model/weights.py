@@ -110,6 +110,24 @@ def fetch(model: OfficialModel, progress: bool = True) -> Path:
         ) from None
 
 
+def helper_weights(what: str, url: str, path: str | Path | None, flag: str, progress: bool = True) -> Path:
+    """A helper network's checkpoint (a detector, the face parser): ``path`` if given (never
+    downloads), else the cached official file from ``url``, downloaded on first use; offline, the
+    error names the file to fetch and where to save it."""
+    if path is not None:
+        if not Path(path).is_file():
+            raise WeightsError(f"{what} weights not found: {path}")
+        return Path(path)
+    dest = cache_dir() / url.rsplit("/", 1)[1]
+    if dest.is_file():
+        return dest
+    try:
+        return download(url, dest, progress=progress)
+    except WeightsError as exc:
+        raise WeightsError(f"{what} weights are not in the cache and could not be downloaded ({exc}). "
+                           f"Download {url} by hand and save it as {dest}, or pass {flag} PATH.") from None
+
+
 # ---- loading and validation -------------------------------------------------------------------------
 
 def _unwrap(obj: object) -> dict[str, torch.Tensor]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import queue
 import threading
 import time
@@ -46,6 +47,7 @@ from ..worker.messages import (
 from .scheduler import QUEUED_DETECTIONS, QUEUED_RESTORATIONS, WorkerPool
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
+_SERIALS = itertools.count(1)
 #: The frame size batches are counted for (1080p); larger frames get fewer per batch.
 REFERENCE_PIXELS = 1920 * 1080
 
@@ -202,6 +204,7 @@ class Job:
                  fields: FieldOrder | None = None, fps: float = 25.0, span: TimeRange | None = None,
                  chosen: frozenset[int] | None = None, restore: bool = True, whole_tracks: bool = False) -> None:
         self.source = source
+        self.serial = next(_SERIALS)  # tells this job's work from other jobs' on the workers
         self.span = span
         self.chosen = chosen
         self.restore = restore
@@ -360,7 +363,7 @@ class Job:
 
         def send(pairs: list[tuple[SourceFrame, TrackedFrame]]) -> None:
             self.pool.submit(self, RestoreBatch(pairs[0][0].buffers.device, [s for s, _ in pairs],
-                                                [t for _, t in pairs]))
+                                                [t for _, t in pairs], self.serial))
 
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch

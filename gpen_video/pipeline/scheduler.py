@@ -186,7 +186,7 @@ class WorkerPool:
                     self._detected(worker, *detecting.popleft())
             else:
                 pending = self._queue(worker, job, "restore", task.frames,
-                                      lambda: worker.queue_restore(task.frames, task.faces()))
+                                      lambda: worker.queue_restore(task.frames, task.faces(), task.clip))
                 if pending is not None:
                     restoring.append((job, task.frames, pending))
                 if len(restoring) >= QUEUED_RESTORATIONS:

@@ -25,6 +25,7 @@ import torch
 
 from ..faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from ..faces.detect import Face, FaceDetector
+from ..faces.parse import FaceParser, MaskSmoother
 from ..faces.track import gray_thumbnails, thumbnail_means
 from ..media.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
 from ..media.source import SourceFrame
@@ -115,6 +116,10 @@ class DeviceWorker:
                                      threshold=options.threshold, min_size=options.min_face,
                                      max_faces=options.max_faces, progress=False)
         self.compositor = Compositor(self.crop_size, self.device, options.strength)
+        # --mask parse: ParseNet on the restored faces, in GPEN's precision on a GPU.
+        self.parser = (FaceParser(options.parse_weights, self.device, half=options.precision_on(device) != "fp32",
+                                  progress=False) if options.mask == "parse" else None)
+        self.smoother = MaskSmoother()
         self.reference = reference_points(self.crop_size)
         self.detect_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
@@ -244,12 +249,14 @@ class DeviceWorker:
         return self.queue_restore(frames, faces).result()
 
     @torch.no_grad()
-    def queue_restore(self, frames: Sequence[SourceFrame],
-                      faces: Sequence[Sequence[FaceSpec]]) -> Pending[list[Restored]]:
-        """:meth:`restore`, queued on the device: returns once the work is queued, not done."""
+    def queue_restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
+                      clip: int = 0) -> Pending[list[Restored]]:
+        """:meth:`restore`, queued on the device: returns once the work is queued, not done.
+        ``clip`` numbers the job the frames belong to (their tracks' masks are smoothed per job)."""
         groups = _groups(frames)
         resident = [self._resident([frames[i] for i in group]) for group in groups]
-        image, changed = self.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces)
+        image, changed = self.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces,
+                                          [f.index for f in frames], clip)
         downloads = []
         for group, (planes, _) in zip(groups, resident):
             layout = frames[group[0]].layout
@@ -267,16 +274,22 @@ class DeviceWorker:
         return Pending(finish, self.device)
 
     @torch.no_grad()
-    def restore_rgb(self, frames: torch.Tensor,
-                    faces: Sequence[Sequence[FaceSpec]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def restore_rgb(self, frames: torch.Tensor, faces: Sequence[Sequence[FaceSpec]],
+                    indices: Sequence[int] | None = None, clip: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Restore ``faces[i]`` in ``frames[i]`` ((N, 3, H, W) upright RGB on this device, whole
-        levels): the new frames, and the (N, H, W) bool mask of the pixels the pasted faces reach."""
+        levels; ``indices`` their picture numbers, ``clip`` their job): the new frames, and the
+        (N, H, W) bool mask of the pixels the pasted faces reach."""
+        specs = [FaceSpec(*face) for fs in faces for face in fs]
         owner = np.array([i for i, fs in enumerate(faces) for _ in fs], dtype=np.int64)
         if not len(owner):
             return frames, torch.zeros_like(frames[:, 0], dtype=torch.bool)
-        points = np.stack([p for fs in faces for p, _ in fs])
-        transforms = similarity_transforms(points, self.reference)
+        transforms = similarity_transforms(np.stack([f.landmarks for f in specs]), self.reference)
         crops = warp_faces(frames, owner, transforms, self.crop_size)
         restored = self._gpen(crops)
-        sizes = np.array([s for fs in faces for _, s in fs])
-        return self.compositor.paste_batch(frames, restored, crops, invert_affine(transforms), sizes, owner)
+        masks = None
+        if self.parser is not None:
+            indices = indices if indices is not None else range(len(faces))
+            keys = [(indices[i], f.track) for i, f in zip(owner, specs)]
+            masks = self.smoother(clip, keys, self.parser.masks(restored))
+        sizes = np.array([f.size for f in specs])
+        return self.compositor.paste_batch(frames, restored, crops, invert_affine(transforms), sizes, owner, masks)

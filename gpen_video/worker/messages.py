@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -21,7 +21,15 @@ if TYPE_CHECKING:
     from ..media.source import SourceFrame
     from .transfer import Pending
 
-FaceSpec = tuple[np.ndarray, float]  # a face to restore: landmarks (5, 2), shorter side of its box in px
+
+
+class FaceSpec(NamedTuple):
+    """A face to restore: its landmarks (5, 2), the shorter side of its box in px, and its track
+    (-1: none), along which ``--mask parse`` smooths its masks."""
+
+    landmarks: np.ndarray
+    size: float
+    track: int = -1
 
 
 @dataclass
@@ -44,8 +52,8 @@ class Worker(Protocol):
 
     def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]: ...
 
-    def queue_restore(self, frames: Sequence[SourceFrame],
-                      faces: Sequence[Sequence[FaceSpec]]) -> Pending[list[Restored]]: ...
+    def queue_restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
+                      clip: int = 0) -> Pending[list[Restored]]: ...
 
     def close(self) -> None: ...
 
@@ -87,15 +95,17 @@ class DecodingDone:
 
 @dataclass
 class RestoreBatch:
-    """Tracked frames with faces, for a worker of the device that holds them (any when None)."""
+    """Tracked frames with faces, for a worker of the device that holds them (any when None), of
+    the job numbered ``clip``."""
 
     device: torch.device | None
     frames: list[SourceFrame]
     tracked: list[TrackedFrame]
+    clip: int = 0
 
     def faces(self) -> list[list[FaceSpec]]:
         """Each frame's faces as the worker restores them."""
-        return [[(f.landmarks, box_size(f.box)) for f in t.faces] for t in self.tracked]
+        return [[FaceSpec(f.landmarks, box_size(f.box), f.track) for f in t.faces] for t in self.tracked]
 
 
 @dataclass
