@@ -95,6 +95,17 @@ def detected(small_gpen, clip, tmp_path_factory) -> tuple[subprocess.CompletedPr
     return run, json.loads(tracks.read_text())["frames"]
 
 
+def test_detect_only_numbers_the_tracks_as_a_full_run_does(small_gpen, clip, detected, tmp_path):
+    _, listed = detected
+    tracks = tmp_path / "full.json"
+    run = gpen_video(small_gpen, clip, tmp_path / "full.mkv", "--tracks-out", tracks)
+    assert run.returncode == 0, run.stderr
+    full = json.loads(tracks.read_text())["frames"]
+    assert [[f["track"] for f in r["faces"]] for r in full] == [[f["track"] for f in r["faces"]] for r in listed]
+    for a, b in zip(full, listed):
+        np.testing.assert_allclose([f["box"] for f in a["faces"]], [f["box"] for f in b["faces"]], atol=1e-3)
+
+
 def test_detect_only_lists_the_tracks_and_writes_no_video(detected, clip):
     run, records = detected
     assert len(records) == 44
