@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from pipeline_bench import SHARED, build_clip, transcode_fps
+from pipeline_bench import SHARED, build_clip, cli_flags, timed_cli, transcode_fps
 
 from gpen_video.options import RestoreOptions
 
@@ -38,12 +35,8 @@ SOURCE = "talking_head_speech_retalking2.mp4"
 
 
 def cli(home: Path, *args: object) -> float:
-    """Seconds one ``gpen-video`` process takes, from its start to its exit, with ``home`` as its
-    ``GPEN_VIDEO_HOME`` (where the compile cache lives)."""
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args)], check=True,
-                   env={**os.environ, "GPEN_VIDEO_HOME": str(home)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return time.perf_counter() - start
+    """Seconds one ``gpen-video`` process takes (:func:`pipeline_bench.timed_cli`)."""
+    return timed_cli(home, *args)[0]
 
 
 def main() -> None:
@@ -61,8 +54,7 @@ def main() -> None:
     if args.smoke:
         args.clips, args.seconds, args.separate = 3, 0.5, 2
     size = (320, 320) if args.smoke else tuple(int(v) for v in args.size.split("x"))
-    flags = ["--weights", args.weights, "--detector", "retinaface-mobile", "--detector-weights",
-             args.detector_weights, "--quiet", *(["--device", "cpu"] if args.smoke else [])]
+    flags = [*cli_flags(args.weights, args.detector_weights, args.smoke), "--quiet"]
     rows: dict[str, object] = {"clips": args.clips, "seconds_each": args.seconds, "size": args.size}
     with tempfile.TemporaryDirectory() as tmp:
         clips = Path(tmp) / "clips"

@@ -23,28 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from pipeline_bench import SHARED, build_clip
+from pipeline_bench import SHARED, build_clip, cli_flags, timed_cli
 
 SOURCE = "multi_face_crowd_facenet_pytorch.mp4"
 SMOKE_SOURCE = "talking_head_speech_liveportrait_d20.mp4"  # one large face: found at 320x320 too
 
 
-def cli(home: Path, *args: object) -> tuple[float, str]:
-    """Seconds one ``gpen-video`` process takes, start to exit, and what it printed on stderr."""
-    start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args)], check=True, text=True,
-                         env={**os.environ, "GPEN_VIDEO_HOME": str(home)}, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE)
-    return time.perf_counter() - start, run.stderr
 
 
 def random_parsenet(path: Path) -> Path:
@@ -89,8 +79,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.seconds, args.long, args.panels = 0.2, 2.0, 2
-    flags = ["--weights", args.weights, "--detector", "retinaface-mobile", "--detector-weights",
-             args.detector_weights, *(["--device", "cpu"] if args.smoke else [])]
+    flags = cli_flags(args.weights, args.detector_weights, args.smoke)
     rows: dict[str, object] = {"seconds_of_video": args.seconds, "panels": args.panels}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -99,16 +88,16 @@ def main() -> None:
         long = build_clip(source, tmp / "clip-long.mp4", args.seconds * args.long, size)
         home = tmp / "home"
         parse_weights = Path(args.parse_weights) if args.parse_weights else random_parsenet(tmp / "parsenet.pth")
-        cli(home, clip, tmp / "warm-up.mp4", *flags, "--quiet")  # the compile cache and the disk cache
-        rows["render_s"], said = cli(home, clip, tmp / "all.mp4", *flags)
+        timed_cli(home, clip, tmp / "warm-up.mp4", *flags, "--quiet")  # the compile cache and the disk cache
+        rows["render_s"], said = timed_cli(home, clip, tmp / "all.mp4", *flags)
         rows["faces_restored"] = int(re.search(r"(\d+) faces restored", said).group(1))
-        rows["parse_s"], _ = cli(home, clip, tmp / "parse.mp4", *flags, "--mask", "parse", "--parse-weights",
+        rows["parse_s"], _ = timed_cli(home, clip, tmp / "parse.mp4", *flags, "--mask", "parse", "--parse-weights",
                                  parse_weights, "--quiet")
-        rows["largest_s"], _ = cli(home, clip, tmp / "largest.mp4", *flags, "--faces", "largest", "--quiet")
-        rows["tracks_s"], _ = cli(home, clip, tmp / "tracks.mp4", *flags, "--tracks", "0", "--quiet")
-        rows["detect_only_s"], _ = cli(home, clip, *flags, "--detect-only", "--tracks-out", tmp / "faces.json")
+        rows["largest_s"], _ = timed_cli(home, clip, tmp / "largest.mp4", *flags, "--faces", "largest", "--quiet")
+        rows["tracks_s"], _ = timed_cli(home, clip, tmp / "tracks.mp4", *flags, "--tracks", "0", "--quiet")
+        rows["detect_only_s"], _ = timed_cli(home, clip, *flags, "--detect-only", "--tracks-out", tmp / "faces.json")
         for name, source in (("preview", clip), ("preview_long", long)):
-            seconds, said = cli(home, source, tmp / f"{name}.png", *flags, "--preview", args.panels)
+            seconds, said = timed_cli(home, source, tmp / f"{name}.png", *flags, "--preview", args.panels)
             rows[f"{name}_s"] = seconds
             rows[f"{name}_decoded"] = int(re.search(r"frames from (\d+) decoded", said).group(1))
         rows["parse_net_ms_per_face"] = round(parse_net_ms(parse_weights, args.smoke), 3)

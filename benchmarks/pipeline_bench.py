@@ -43,6 +43,22 @@ SHARED_ROOT = os.environ.get("GPEN_VIDEO_SHARED") or Path(__file__).resolve().pa
 SHARED = Path(SHARED_ROOT) / "media" / "videos"
 
 
+def timed_cli(home: Path, *args: object) -> tuple[float, str]:
+    """Seconds one ``gpen-video`` process takes, from its start to its exit, with ``home`` as its
+    ``GPEN_VIDEO_HOME`` (where the compile cache lives), and what it printed on stderr."""
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "gpen_video.cli", *map(str, args)], check=True, text=True,
+                         env={**os.environ, "GPEN_VIDEO_HOME": str(home)}, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    return time.perf_counter() - start, run.stderr
+
+
+def cli_flags(weights: str, detector_weights: str, smoke: bool) -> list[str]:
+    """The flags every timed CLI process gets: the GPEN and mobile-detector checkpoints, the CPU for a smoke run."""
+    return ["--weights", weights, "--detector", "retinaface-mobile", "--detector-weights", detector_weights,
+            *(["--device", "cpu"] if smoke else [])]
+
+
 def build_clip(source: Path, dest: Path, seconds: float, size: tuple[int, int] | None) -> Path:
     """``source`` scaled to ``size`` (letterboxed) and looped to ``seconds``, H.264 at high quality."""
     with av.open(str(source)) as src:
