@@ -40,7 +40,9 @@ def main() -> None:
     state_dict, _ = load_gpen_weights(weights=args.weights, progress=False)
     options = RestoreOptions(precision="fp16", batch_size=args.batch, detector="retinaface-mobile",
                              detector_weights=args.detector_weights)
-    worker = DeviceWorker(state_dict, options, "cuda")
+    worker = DeviceWorker(options, "cuda")
+    worker.load_restorer(state_dict)
+    restorer = worker.restorer
     with tempfile.TemporaryDirectory() as tmp:
         clip = build_clip(Path(args.clip), Path(tmp) / "clip.mp4", args.frames / 25, (1920, 1080))
         frames = list(read_frames(clip, limit=args.frames))
@@ -69,10 +71,10 @@ def main() -> None:
             points = [p for fs in spec for p, _ in fs]
             owner = [k for k, fs in enumerate(spec) for _ in fs]
             faces += len(points)
-            transforms = similarity_transforms(np.stack(points), worker.reference)
-            crops = timed("warp", lambda: warp_faces(rgb, owner, transforms, worker.crop_size))
-            timed("gpen", lambda: worker._gpen(crops))
-            image, changed = timed("whole restore_rgb", lambda: worker.restore_rgb(rgb, spec))
+            transforms = similarity_transforms(np.stack(points), restorer.reference)
+            crops = timed("warp", lambda: warp_faces(rgb, owner, transforms, restorer.crop_size))
+            timed("gpen", lambda: restorer._gpen(crops))
+            image, changed = timed("whole restore_rgb", lambda: restorer.restore_rgb(rgb, spec))
             merged = timed("rgb->yuv+merge", lambda: layout.merge(layout.to_planes(image, planes[0].dtype), planes,
                                                                    changed))
             timed("download", lambda: worker._download(merged))

@@ -86,7 +86,7 @@ def run_cli(clip: Path, out: Path, home: Path, flags: list[str]) -> dict:
     found = _FIRST.search(done.stderr)
     parts = {}
     if found and found.group(2):
-        for part in found.group(2).split(", "):  # "weights 1.6 s", "workers (compiling) 21.0 s"
+        for part in found.group(2).split(", "):  # "weights 1.6 s", "workers 0.4 s", "GPEN (compiling) 21.0 s"
             name, seconds, _ = part.rsplit(" ", 2)
             parts[name] = float(seconds)
     return {"wall_s": round(wall, 2), "first_frame_s": float(found.group(1)) if found else None, **parts}

@@ -36,7 +36,7 @@ from gpen_video.api import restore_video
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.media.colour import PlaneLayout
 from gpen_video.pipeline.scheduler import WorkerPool, _Tasks
-from gpen_video.worker import device, transfer
+from gpen_video.worker import device, restorer, transfer
 from gpen_video.worker.compose import Compositor
 
 #: (owner, attribute, label): the worker's steps, labelled in the trace.
@@ -46,8 +46,8 @@ STEPS = [
     (device.DeviceWorker, "_upload", "upload"), (device.DeviceWorker, "_resident", "resident"),
     (FaceDetector, "queue_rgb", "detector"), (device, "thumbnail_means", "thumbnails"),
     (PlaneLayout, "to_rgb", "to_rgb"), (PlaneLayout, "to_planes", "to_planes"), (PlaneLayout, "merge", "merge"),
-    (device, "similarity_transforms", "transforms"), (device, "warp_faces", "warp"),
-    (device.DeviceWorker, "_gpen", "gpen"), (Compositor, "paste_batch", "paste"),
+    (restorer, "similarity_transforms", "transforms"), (restorer, "warp_faces", "warp"),
+    (restorer.FaceRestorer, "_gpen", "gpen"), (Compositor, "paste_batch", "paste"),
     (device.DeviceWorker, "_download", "download"), (transfer.Pending, "result", "wait"),
 ]
 _GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}

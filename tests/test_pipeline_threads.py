@@ -22,6 +22,7 @@ from gpen_video.model.weights import load_gpen_weights
 from gpen_video.options import RestoreOptions
 from gpen_video.pipeline.job import _restore_cut, frames_in_flight, frames_per_batch
 from gpen_video.worker import device as device_module
+from gpen_video.worker import restorer as restorer_module
 from gpen_video.worker.device import DeviceWorker
 
 from .conftest import SMALL_GPEN_SIZE, assert_same_restoration, shared_file, write_clip
@@ -39,7 +40,9 @@ def _worker(weights: Path, device: str) -> DeviceWorker:
     state_dict, _ = load_gpen_weights(weights=weights)
     options = RestoreOptions(precision="fp32", compile="off", detector="retinaface-mobile",
                              detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth"))
-    return DeviceWorker(state_dict, options, device)
+    worker = DeviceWorker(options, device)
+    worker.load_restorer(state_dict)
+    return worker
 
 
 def _frames(path: Path) -> list[np.ndarray]:
@@ -270,7 +273,7 @@ def test_out_of_memory_halves_the_batch_and_loses_no_face(small_gpen, tmp_path, 
     restore_video(SAMPLE, reference, codec="ffv1", batch_size=8, tracks_out=tmp_path / "reference.json",
                   **_options(small_gpen))
 
-    real_gpen = device_module.DeviceWorker._gpen
+    real_gpen = restorer_module.FaceRestorer._gpen
 
     def tight_memory(self, crops):
         model = self.model
@@ -286,7 +289,7 @@ def test_out_of_memory_halves_the_batch_and_loses_no_face(small_gpen, tmp_path, 
         finally:
             self.model = model
 
-    monkeypatch.setattr(device_module.DeviceWorker, "_gpen", tight_memory)
+    monkeypatch.setattr(restorer_module.FaceRestorer, "_gpen", tight_memory)
     out = tmp_path / "out.mkv"
     summary = restore_video(SAMPLE, out, codec="ffv1", batch_size=8, tracks_out=tmp_path / "out.json",
                             **_options(small_gpen))

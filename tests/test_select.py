@@ -118,6 +118,17 @@ def test_detect_only_lists_the_tracks_and_writes_no_video(detected, clip):
     assert sorted(p.name for p in clip.parent.iterdir()) == ["event.mp4"]  # nothing written beside the input
 
 
+def test_detect_only_never_loads_gpen(clip, detected, tmp_path):
+    """GPEN's weights are neither read nor downloaded: a file that is no checkpoint at all does
+    not stop ``--detect-only``, and the tracks are the same."""
+    not_a_checkpoint = tmp_path / "gpen.pth"
+    not_a_checkpoint.write_bytes(b"not a checkpoint")
+    tracks = tmp_path / "faces.json"
+    run = gpen_video(not_a_checkpoint, clip, "--detect-only", "--tracks-out", tracks)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(tracks.read_text())["frames"] == detected[1]
+
+
 def _restored_tracks(records: list[dict]) -> set[int]:
     return {face["track"] for record in records for face in record["faces"] if face["restored"]}
 

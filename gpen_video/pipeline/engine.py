@@ -41,7 +41,8 @@ from ..media.source import (
 from ..media.writer import CONTAINERS, VideoWriter
 from ..model.weights import load_gpen_weights
 from ..options import JobOptions, RestoreOptions, UsageError
-from ..worker.device import DeviceWorker, compile_cache
+from ..worker.device import DeviceWorker
+from ..worker.restorer import compile_cache
 from .job import FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
 from .scheduler import WorkerPool
 
@@ -180,20 +181,26 @@ class Engine:
         warm = cache.is_dir() and any(cache.iterdir())
         return frames is None or frames >= COMPILE_FROM_FRAMES["warm" if warm else "cold"]
 
-    def workers(self, frames: int | None) -> list[DeviceWorker]:
-        """The workers, built on first use (weights loaded, downloaded on first use; compiled for
-        the planned work, else the first job's ``frames``), then the same for every job."""
+    def workers(self, frames: int | None, restoring: bool = True) -> list[DeviceWorker]:
+        """The workers, built on first use (compiled for the planned work, else the first job's
+        ``frames``), then the same for every job. A job that restores has GPEN loaded into them
+        (its weights downloaded on first use); one that only finds faces does not."""
         with self._building:
             if self._pool is None:
                 start = time.perf_counter()
+                compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
+                self._pool = WorkerPool([DeviceWorker(self.options, device, compiled) for device in self.devices])
+                self._startup["workers"] = time.perf_counter() - start
+            workers = self._pool.workers
+            if restoring and any(w.restorer is None for w in workers):
+                start = time.perf_counter()
                 state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
                 loaded = time.perf_counter()
-                compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
-                workers = [DeviceWorker(state_dict, self.options, device, compiled) for device in self.devices]
-                label = "workers (compiling)" if any(w.compiled for w in workers) else "workers"
-                self._startup = {"weights": loaded - start, label: time.perf_counter() - loaded}
-                self._pool = WorkerPool(workers)
-        return self._pool.workers
+                for worker in workers:
+                    worker.load_restorer(state_dict)
+                label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
+                self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
+        return workers
 
     def close(self) -> None:
         """Stop the workers' threads (once no job runs). The engine cannot run jobs after this."""
@@ -348,9 +355,10 @@ class Engine:
             self._refuse_range(input)
             picture = read_image(input)
             pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
-            return self._find(photo_source(picture), input, tracks_out, self.workers(1), on_frame, pictures)
+            workers = self.workers(1, restoring=False)
+            return self._find(photo_source(picture), input, tracks_out, workers, on_frame, pictures)
         info = self._probe_video(input)
-        workers = self.workers(info.frames)
+        workers = self.workers(info.frames, restoring=False)
         with self._demuxed(input, info) as source:
             return self._find(source, input, tracks_out, workers, on_frame, self._pictures(info, self.options.smooth))
 

@@ -1,5 +1,6 @@
 """The work of one device: detect faces in frames, and restore the tracked faces of frames
-(align -> GPEN -> paste back). One instance per GPU (or one for the CPU).
+(with its :class:`~.restorer.FaceRestorer`, loaded for jobs that restore). One instance per GPU
+(or one for the CPU).
 
 Frames come and go as YUV planes: they are uploaded once, through pinned buffers, for detection,
 and converted to RGB there once; planes and RGB stay on the device until restoration, and only the
@@ -13,42 +14,22 @@ stream their read-back would wait for every restoration queued before it.
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import threading
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import av
 import numpy as np
 import torch
 
-from ..faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from ..faces.detect import Face, FaceDetector
-from ..faces.parse import FaceParser, MaskSmoother
 from ..faces.track import gray_thumbnails, thumbnail_means
 from ..media.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
 from ..media.source import SourceFrame
-from ..model import build_inference_model
-from ..model.graphs import GraphedModel, padded
-from ..model.weights import cache_dir
 from ..options import RestoreOptions
-from .compose import Compositor
 from .messages import FaceSpec, Restored
+from .restorer import FaceRestorer
 from .transfer import Pending, to_device, to_host
 
-log = logging.getLogger(__name__)
-
-
 _TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
-
-
-def compile_cache() -> Path:
-    """Where torch.compile keeps what it makes (Inductor's FX graphs, AOT graphs, Triton kernels):
-    under ``$GPEN_VIDEO_HOME``, so that the next process on this machine starts warm (Inductor's
-    default, ``/tmp/torchinductor_USER``, goes with a reboot); a TORCHINDUCTOR_CACHE_DIR the user
-    set wins. Set for this process by the first worker that compiles."""
-    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "torch-compile")
 
 
 def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:
@@ -85,56 +66,39 @@ def _of_group(batch: torch.Tensor, group: list[int], groups: list[list[int]]) ->
 
 
 class DeviceWorker:
-    """Detector, GPEN and compositor living on one device."""
+    """The detector, and once a job restores, the restorer, living on one device."""
 
-    def __init__(self, state_dict: dict[str, torch.Tensor], options: RestoreOptions, device: str,
-                 compiled: bool = False) -> None:
+    def __init__(self, options: RestoreOptions, device: str, compiled: bool = False) -> None:
+        self.options = options
         self.device = torch.device(device)
         self.compiled = compiled and self.device.type == "cuda"  # torch.compile + CUDA graphs: GPUs only
-        model = build_inference_model(state_dict, device=self.device, precision=options.precision_on(device))
-        self.crop_size = model.config.size
-        self.face_batch = options.batch_size  # faces per GPEN call; halved for good on out-of-memory
-        self.out_of_memory = 0  # times the batch was halved
-        self.model: Callable[[torch.Tensor], torch.Tensor] = model
-        self._warming: threading.Thread | None = None
-        if self.compiled:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache())
-            self.model = GraphedModel(torch.compile(model, fullgraph=True, dynamic=False))
-            # Compile and capture now, in the caller's thread: workers must not compile concurrently
-            # (dynamo is not thread-safe), and the 30-odd seconds belong before the first frame.
-            log.info("compiling GPEN for %s (once per run, about half a minute)", self.device)
-            self._warm_up()
-        elif self.device.type == "cuda":
-            # The first call of each batch shape chooses the convolutions' algorithms, about 2 s
-            # for GPEN-512 on an H200: done now, beside the detector's start and the first frames'
-            # detection, instead of after them (GPU batches are all padded to one shape).
-            self._warming = threading.Thread(target=self._warm_up, name=f"gpen-warm-up-{self.device}", daemon=True)
-            self._warming.start()
         # The detector runs in fp32: in fp16 RetinaFace found none of the ~6 small faces per frame of
         # the 1080p crowd clip on an H200 (fp32 found all), and it is a small share of the work.
         self.detector = FaceDetector(options.detector, options.detector_weights, device=self.device,
                                      threshold=options.threshold, min_size=options.min_face,
                                      max_faces=options.max_faces, progress=False)
-        self.compositor = Compositor(self.crop_size, self.device, options.strength)
-        # --mask parse: ParseNet on the restored faces, in GPEN's precision on a GPU.
-        self.parser = (FaceParser(options.parse_weights, self.device, half=options.precision_on(device) != "fp32",
-                                  progress=False) if options.mask == "parse" else None)
-        self.smoother = MaskSmoother()
-        self.reference = reference_points(self.crop_size)
         self.detect_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.restorer: FaceRestorer | None = None
+
+    def load_restorer(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Build GPEN (compiled if this worker is) and the paste-back here, once."""
+        if self.restorer is None:
+            self.restorer = FaceRestorer(state_dict, self.options, self.device, self.compiled)
+
+    @property
+    def face_batch(self) -> int:
+        """Faces per GPEN call now (lowered after running out of memory)."""
+        return self.restorer.face_batch if self.restorer is not None else self.options.batch_size
+
+    @property
+    def out_of_memory(self) -> int:
+        """Times the GPEN batch was lowered."""
+        return self.restorer.out_of_memory if self.restorer is not None else 0
 
     def close(self) -> None:
-        """Wait for GPEN's warm-up, which runs in a thread of its own until the first restoration
-        joins it: in a job that restores nothing (--detect-only) it may still be queuing CUDA work
-        when the process exits, which would abort it."""
-        if self._warming is not None:
-            self._warming.join()
-            self._warming = None
-
-    @torch.no_grad()
-    def _warm_up(self) -> None:
-        """One GPEN batch of zeros: the host's choices for its shape are made once it is queued."""
-        self.model(torch.zeros(self.face_batch, 3, self.crop_size, self.crop_size, device=self.device))
+        """Let the restorer's warm-up finish (see :meth:`FaceRestorer.close`)."""
+        if self.restorer is not None:
+            self.restorer.close()
 
     def _detecting(self) -> contextlib.AbstractContextManager:
         """Work in this block runs on the detection stream (on a GPU)."""
@@ -213,37 +177,6 @@ class DeviceWorker:
 
             return Pending(finish, self.device)
 
-    @torch.no_grad()
-    def _gpen(self, crops: torch.Tensor) -> torch.Tensor:
-        """Restored crops in [0, 255], in fixed-size batches on a GPU (padded), so that a compiled
-        graph is reused and eager convolutions keep the algorithms chosen for that shape.
-
-        On CUDA out-of-memory the batch is halved for good and the same faces are run again: no
-        face is dropped or repeated.
-        """
-        self.close()
-        out = []
-        start = 0
-        while start < len(crops):
-            batch = self.face_batch
-            chunk = crops[start : start + batch]
-            n = len(chunk)
-            if self.device.type == "cuda":
-                chunk = padded(chunk, batch)
-            try:
-                y = self.model(chunk / 127.5 - 1.0)[:n]  # official normalisation: (x/255 - 0.5) / 0.5
-            except torch.cuda.OutOfMemoryError:
-                if batch == 1:
-                    raise
-                self.face_batch = batch // 2
-                self.out_of_memory += 1
-                torch.cuda.empty_cache()
-                log.warning("CUDA out of memory on %s: GPEN batch halved to %d", self.device, self.face_batch)
-                continue
-            out.append(((y * 0.5 + 0.5).clamp(0, 1) * 255).float())
-            start += n
-        return torch.cat(out) if out else crops
-
     def restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]]) -> list[Restored]:
         """Restore ``faces[i]`` in ``frames[i]``: their encoder frames, merged with the decoded samples."""
         return self.queue_restore(frames, faces).result()
@@ -253,9 +186,11 @@ class DeviceWorker:
                       clip: int = 0) -> Pending[list[Restored]]:
         """:meth:`restore`, queued on the device: returns once the work is queued, not done.
         ``clip`` numbers the job the frames belong to (their tracks' masks are smoothed per job)."""
+        if self.restorer is None:
+            raise RuntimeError(f"{self.device}: restoration before the restorer was loaded")
         groups = _groups(frames)
         resident = [self._resident([frames[i] for i in group]) for group in groups]
-        image, changed = self.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces,
+        image, changed = self.restorer.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces,
                                           [f.index for f in frames], clip)
         downloads = []
         for group, (planes, _) in zip(groups, resident):
@@ -272,24 +207,3 @@ class DeviceWorker:
             return results
 
         return Pending(finish, self.device)
-
-    @torch.no_grad()
-    def restore_rgb(self, frames: torch.Tensor, faces: Sequence[Sequence[FaceSpec]],
-                    indices: Sequence[int] | None = None, clip: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Restore ``faces[i]`` in ``frames[i]`` ((N, 3, H, W) upright RGB on this device, whole
-        levels; ``indices`` their picture numbers, ``clip`` their job): the new frames, and the
-        (N, H, W) bool mask of the pixels the pasted faces reach."""
-        specs = [FaceSpec(*face) for fs in faces for face in fs]
-        owner = np.array([i for i, fs in enumerate(faces) for _ in fs], dtype=np.int64)
-        if not len(owner):
-            return frames, torch.zeros_like(frames[:, 0], dtype=torch.bool)
-        transforms = similarity_transforms(np.stack([f.landmarks for f in specs]), self.reference)
-        crops = warp_faces(frames, owner, transforms, self.crop_size)
-        restored = self._gpen(crops)
-        masks = None
-        if self.parser is not None:
-            indices = indices if indices is not None else range(len(faces))
-            keys = [(indices[i], f.track) for i, f in zip(owner, specs)]
-            masks = self.smoother(clip, keys, self.parser.masks(restored))
-        sizes = np.array([f.size for f in specs])
-        return self.compositor.paste_batch(frames, restored, crops, invert_affine(transforms), sizes, owner, masks)
