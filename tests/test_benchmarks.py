@@ -77,7 +77,10 @@ def test_startup_bench_smoke(tmp_path, golden):
     assert len(steps) == 12 and steps == sorted(steps) and steps[0] > 0
     for variant in ("eager", "compiled-cold", "compiled-warm"):
         row = numbers[variant]
-        assert 0 < row["first_frame_s"] < row["wall_s"] and row["weights"] > 0 and row["workers"] > 0, variant
+        assert 0 < row["first_frame_s"] < row["wall_s"], variant
+        gpen = "GPEN (compiling)" if "GPEN (compiling)" in row else "GPEN"
+        parts = [row["workers"], row["weights"], row[gpen]]  # the start's parts: each may round to 0.0 s
+        assert min(parts) >= 0 and sum(parts) > 0, variant
 
 
 def test_trace_pipeline_smoke(tmp_path, golden):
