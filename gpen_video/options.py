@@ -169,6 +169,10 @@ class RestoreOptions(_Checked):
                                  "(a stream, flag, alpha, bit depth) instead of warning about it", "encoding")
     allow_truncated: bool = option(False, "restore every frame a cut-off input still holds, instead of "
                                           "refusing it", "input")
+    decoder: str = option("auto", "the video decoder: nvdec, the GPU's (H.264 and HEVC, 4:2:0, needs the [nvdec] "
+                                  "extra), frames and timing identical to the CPU's; cpu, libavcodec; auto, NVDEC "
+                                  "where it can decode the stream, else the CPU", "input",
+                          choices=("auto", "cpu", "nvdec"))
     start: float | None = option(None, "restore faces from this time on (seconds or [HH:]MM:SS.mmm from the first "
                                        "frame); every frame before it is encoded as decoded", "time",
                                  parse=parse_time, metavar="TIME", check=_at_least(0))

@@ -143,8 +143,10 @@ def test_a_video_with_mask_parse_changes_only_inside_the_faces_reach(small_gpen,
     every sample outside the faces' paste regions is the decoded one; and the faces changed."""
     clip = corpus.excerpt(tmp_path / "talk.mp4", shared_file(corpus.TALKING_HEAD), 0.1)
     out, tracks = tmp_path / "parsed.mkv", tmp_path / "faces.json"
+    # The excerpt's B-frames lost the later frame they refer to (its packets are cut by time), and
+    # the reference below is libavcodec's concealment of that: NVDEC conceals it its own way.
     run = gpen_video(small_gpen, clip, out, "--codec", "ffv1", "--mask", "parse", "--parse-weights",
-                     random_parser_weights, "--tracks-out", tracks, device=device)
+                     random_parser_weights, "--tracks-out", tracks, "--decoder", "cpu", device=device)
     assert run.returncode == 0, run.stderr
     import json
 

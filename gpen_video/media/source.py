@@ -26,6 +26,7 @@ from .colour import (
     planes_to_frame,
     to_rgb,
 )
+from .decoders import CPU_DECODING, DecoderChoice, StreamTraits
 from .fields import FieldOrder, field_frame
 from .hdr import HdrMetadata
 from .streams import is_cover_art
@@ -141,6 +142,7 @@ class VideoInfo:
     hdr: HdrMetadata | None = None  # HDR10 static metadata of the first frame
     fields: FieldOrder | None = None  # an interlaced video's field order; None when progressive
     first_time: float = 0.0  # the first frame's time, seconds: where --start and --end count from
+    traits: StreamTraits | None = None  # what decides whether NVDEC may decode it
 
     @property
     def fps(self) -> float:
@@ -207,9 +209,12 @@ def probe(path: str | Path) -> VideoInfo:
         turned = Orientation.of_matrix(matrix).transpose
         width, height = (first.height, first.width) if turned else (first.width, first.height)
         duration = float(stream.duration * stream.time_base) if stream.duration else None
+        fields = FieldOrder.of(stream, first)
+        traits = StreamTraits(stream.codec_context.name, first.format.name, first.width, first.height,
+                              fields is not None)
         return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
                          stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
-                         HdrMetadata.of(first), FieldOrder.of(stream, first), float(first.time or 0.0))
+                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits)
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:
@@ -248,8 +253,10 @@ def _declared_end(container: av.container.InputContainer, video: av.video.stream
 
 
 def demux(container: av.container.InputContainer, copy_streams: set[int], allow_truncated: bool = False,
-          report: DecodeReport | None = None) -> Iterator[SourceFrame | av.Packet]:
-    """Decoded video frames of the first video stream, and the packets of ``copy_streams``, in file order.
+          report: DecodeReport | None = None, decoding: DecoderChoice = CPU_DECODING
+          ) -> Iterator[SourceFrame | av.Packet]:
+    """Decoded video frames of the first video stream, and the packets of ``copy_streams``, in file
+    order; ``decoding`` says which decoder (NVDEC's frames come with their planes already staged).
 
     Every frame must have the first one's size: a stream that changes size part-way is refused at
     the first frame that differs. A video that ends well before the container says it does (a
@@ -264,6 +271,7 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
     own (a second field, a skipped frame).
     """
     video = video_stream(container)
+    decoder = decoding.open(video)
     streams = [video] + [s for s in container.streams if s.index in copy_streams]
     expected: list[int] = []  # presentation times of video packets whose frames have not come out
     last: SourceFrame | None = None
@@ -299,11 +307,11 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
         if packet.pts is not None and not packet.is_discard:
             bisect.insort(expected, packet.pts)
         try:
-            frames = packet.decode()
+            decoded = decoder.decode(packet)
         except av.InvalidDataError:
             failures += 1  # the frame it would have given is stood in for below
             continue
-        for frame in frames:
+        for frame, staged in decoded:
             if frame.pts is not None:
                 if stood_in is not None and frame.pts <= stood_in:
                     continue  # decoded late after damage: a stand-in already showed its time
@@ -317,10 +325,12 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
                                  f"{frame.width}x{frame.height} at {float(frame.time or 0):.3f} s (frame {index}); "
                                  f"cut it into parts of one size first")
             if orientation is None:  # one display matrix per stream: read once
-                orientation = Orientation.of_matrix(display_matrix(frame))
+                orientation = Orientation.of_matrix(decoder.display_matrix(frame))
             planar = as_planar_yuv(frame)
             last = SourceFrame(index, planar, PlaneLayout.of(planar, orientation),
                                damage="corrupt" if frame.is_corrupt else "")
+            if staged is not None:
+                last.buffers.stage(staged)
             if frame.time is not None:
                 last_end = max(last_end, float(frame.time) + float((frame.duration or 0) * frame.time_base))
             yield last

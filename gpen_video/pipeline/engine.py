@@ -23,6 +23,7 @@ from tqdm import tqdm
 from ..faces.select import KnownTracks, TrackSurvey, describe_tracks
 from ..faces.track import FaceTracker
 from ..faces.tracks_file import TracksWriter
+from ..media.decoders import DecoderChoice, choose_decoder
 from ..media.fields import FieldOrder
 from ..media.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
 from ..media.segments import SegmentedWriter, SegmentStore, work_dir_for
@@ -95,6 +96,7 @@ class Summary:
     choice: str = ""  # which tracks were restored, where --faces or --tracks chose
     tracks_found: TrackSurvey | None = None  # --detect-only: the tracks found (nothing restored)
     panels: int | None = None  # --preview: the sheet's frames (``frames`` then counts the frames decoded)
+    decoder: str = ""  # which decoder ran (a video's), and why the CPU where NVDEC was allowed
 
     @property
     def fps(self) -> float:
@@ -112,6 +114,8 @@ class Summary:
         else:
             lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
                      f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
+        if self.decoder:
+            lines.append(self.decoder)
         if self.choice:
             lines.append(self.choice)
         if started is not None and self.first_frame_at is not None and self.tracks_found is None:
@@ -255,14 +259,21 @@ class Engine:
             log.warning("%s; restoring every frame that decodes", info.truncated)
         return info
 
+    def _decoding(self, info: VideoInfo) -> DecoderChoice:
+        """``--decoder``'s choice for this video (NVDEC on the first GPU the workers use); an
+        impossible ``nvdec`` is an error here, before any work."""
+        gpus = [int(d.split(":")[1]) for d in self.devices if d.startswith("cuda:")]
+        assert info.traits is not None
+        return choose_decoder(self.options.decoder, info.traits, gpus[0] if gpus else None, info.display_matrix)
+
     @contextlib.contextmanager
-    def _demuxed(self, input: Path, info: VideoInfo) -> Iterator[FrameSource]:
+    def _demuxed(self, input: Path, info: VideoInfo, decoding: DecoderChoice) -> Iterator[FrameSource]:
         """A pass of its own over the video's pictures (the first pass that chooses tracks, or
         --detect-only), its container closed afterwards."""
         container = open_input(input)
         try:
             report = DecodeReport(info.truncated)
-            yield lambda streams: demux(container, streams, self.options.allow_truncated, report)
+            yield lambda streams: demux(container, streams, self.options.allow_truncated, report, decoding)
         finally:
             container.close()
 
@@ -285,6 +296,7 @@ class Engine:
         input, output = Path(input), Path(output)
         check_paths(input, output, job.overwrite, CONTAINERS)
         info = self._probe_video(input)
+        decoding = self._decoding(info)
         pictures = self._pictures(info, self.options.smooth)
         container = open_input(input)
         report = DecodeReport(info.truncated)  # the cut found in the file's index, if any
@@ -294,7 +306,7 @@ class Engine:
                 # After the writer, which checks the encoder settings: a wrong option must not cost
                 # a download. Before --resume's work directory, which a failed download must not leave.
                 workers = self.workers(info.frames)
-                with self._demuxed(input, info) as first_pass:
+                with self._demuxed(input, info, decoding) as first_pass:
                     chosen, choice, _ = self._choose(input.name, first_pass, pictures, on_frame)
                 start_frame = 0
                 if job.resume:
@@ -309,13 +321,14 @@ class Engine:
                 raise
 
             def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
-                return demux(container, streams, self.options.allow_truncated, report)
+                return demux(container, streams, self.options.allow_truncated, report, decoding)
 
             summary = self._run(source, writer, workers, self._tracks_file(job), on_frame, pictures,
                                 start_frame, chosen)
         finally:
             container.close()
         summary.resumed_at, summary.truncated, summary.choice = start_frame, report.truncated, choice
+        summary.decoder = decoding.describe()
         return summary
 
     def restore_image(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
@@ -358,9 +371,13 @@ class Engine:
             workers = self.workers(1, restoring=False)
             return self._find(photo_source(picture), input, tracks_out, workers, on_frame, pictures)
         info = self._probe_video(input)
+        decoding = self._decoding(info)
         workers = self.workers(info.frames, restoring=False)
-        with self._demuxed(input, info) as source:
-            return self._find(source, input, tracks_out, workers, on_frame, self._pictures(info, self.options.smooth))
+        pictures = self._pictures(info, self.options.smooth)
+        with self._demuxed(input, info, decoding) as source:
+            summary = self._find(source, input, tracks_out, workers, on_frame, pictures)
+        summary.decoder = decoding.describe()
+        return summary
 
     def _find(self, source: FrameSource, input: Path, tracks_out: Path | None, workers: list[DeviceWorker],
                on_frame: FrameCallback | None, pictures: Pictures) -> Summary:
@@ -393,7 +410,7 @@ class Engine:
             pictures = self._pictures(info, self.options.smooth)
             chosen, choice, survey = None, "", None
             if self.options.selects:
-                with self._demuxed(input, info) as first_pass:
+                with self._demuxed(input, info, self._decoding(info)) as first_pass:
                     chosen, choice, survey = self._choose(input.name, first_pass, pictures, on_frame, times)
             seek = SeekReport()
             rows = []

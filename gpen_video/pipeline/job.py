@@ -340,7 +340,7 @@ class Job:
                 if passing:
                     self.detected_batches.put(Passed(passing))
                     passing = []
-                if self.stage_for_gpu:
+                if self.stage_for_gpu and picture.buffers.state == "decoded":  # NVDEC's come staged
                     t0 = time.perf_counter()
                     picture.buffers.stage(stage_planes(picture.frame, pinned=True))
                     self.clock.add("decode", time.perf_counter() - t0)

@@ -1,0 +1,273 @@
+"""Which decoder turns the video's packets into pictures: libavcodec on the CPU (PyAV), or NVDEC,
+the GPU's video decoder (NVIDIA's PyNvVideoCodec, ``pip install 'gpen-video[nvdec]'``).
+
+PyAV opens the file and demuxes either way; only the video packets' decoding moves. NVDEC is
+chosen only where its pictures are those libavcodec gives, sample for sample: H.264 and HEVC
+decoding is exact by specification, and this module limits NVDEC to the streams whose exactness
+the GPU tests prove (progressive 4:2:0, 8-bit, or 10-bit HEVC, even sizes). Everything else, and
+every machine without a GPU, NVDEC or the package, decodes on the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import NamedTuple
+
+import av
+import numpy as np
+import torch
+
+from ..options import UsageError
+from .colour import copy_colour_tags, display_matrix, packed_to_frame
+
+NVDEC_EXTRA = "pip install 'gpen-video[nvdec]'"
+
+#: codec -> (PyNvVideoCodec's name for it, the decoded formats NVDEC gives exactly, with their bit depth)
+_NVDEC_CODECS: dict[str, tuple[str, dict[str, int]]] = {
+    "h264": ("H264", {"yuv420p": 8, "yuvj420p": 8}),
+    "hevc": ("HEVC", {"yuv420p": 8, "yuvj420p": 8, "yuv420p10le": 10}),
+}
+
+
+@dataclass(frozen=True)
+class StreamTraits:
+    """What decides whether NVDEC can decode a video stream exactly, read from its parameters."""
+
+    codec: str  # libavcodec's name: "h264", "hevc", "vp8", ...
+    pix_fmt: str  # the format libavcodec decodes it to
+    width: int
+    height: int
+    interlaced: bool
+
+    @classmethod
+    def of(cls, stream: av.video.stream.VideoStream, interlaced: bool) -> StreamTraits:
+        context = stream.codec_context
+        return cls(context.name, context.format.name if context.format else "", context.width, context.height,
+                   interlaced)
+
+
+def stream_refusal(traits: StreamTraits) -> str:
+    """Why NVDEC may not decode this stream ("" when it may), from the stream alone."""
+    if traits.codec not in _NVDEC_CODECS:
+        return f"NVDEC does not decode {traits.codec} here (only H.264 and HEVC)"
+    formats = _NVDEC_CODECS[traits.codec][1]
+    if traits.pix_fmt not in formats:
+        return f"NVDEC does not decode {traits.codec} in {traits.pix_fmt or 'an unknown format'} exactly here"
+    if traits.interlaced:
+        return "interlaced video decodes on the CPU (NVDEC's fields are not proven exact)"
+    if traits.width % 2 or traits.height % 2:
+        return f"an odd size ({traits.width}x{traits.height}) decodes on the CPU"
+    return ""
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def nvdec_module() -> ModuleType | None:
+    """PyNvVideoCodec, or None where it is not installed or cannot load (no NVIDIA driver)."""
+    try:
+        return importlib.import_module("PyNvVideoCodec")
+    except (ImportError, OSError, RuntimeError):
+        return None
+
+
+def gpu_refusal(traits: StreamTraits, gpu: int, nvc: ModuleType) -> str:
+    """Why this GPU's NVDEC cannot decode the stream ("" when it can), from its capabilities."""
+    name, formats = _NVDEC_CODECS[traits.codec]
+    try:
+        caps = nvc.GetDecoderCaps(gpuid=gpu, codec=getattr(nvc.cudaVideoCodec, name),
+                                  chromaformat=nvc.cudaVideoChromaFormat.__members__["420"],
+                                  bitdepth=formats[traits.pix_fmt])
+    except Exception as exc:  # the driver's own words: no libnvcuvid, a MIG slice without decoders
+        return f"GPU {gpu} has no NVDEC for {traits.codec} ({_first_line(exc)})"
+    caps = dict(caps)
+    if not caps.get("supported", 0) or not caps.get("num_decoder_engines", 0):
+        return f"GPU {gpu} has no NVDEC engine for {traits.codec} {formats[traits.pix_fmt]}-bit 4:2:0"
+    low = (caps.get("width_min", 0), caps.get("height_min", 0))
+    high = (caps.get("width_max", traits.width), caps.get("height_max", traits.height))
+    blocks = ((traits.width + 15) // 16) * ((traits.height + 15) // 16)
+    if not (low[0] <= traits.width <= high[0] and low[1] <= traits.height <= high[1]) or \
+            blocks > caps.get("mb_num_max", blocks):
+        return f"GPU {gpu}'s NVDEC decodes {traits.codec} up to {high[0]}x{high[1]}, not {traits.width}x{traits.height}"
+    return ""
+
+
+@dataclass(frozen=True)
+class DecoderChoice:
+    """The decoder a video gets, and why (for the summary)."""
+
+    name: str = "cpu"  # "cpu" or "nvdec"
+    gpu: int | None = None  # NVDEC's GPU
+    why: str = ""  # why the CPU, where NVDEC was allowed
+    matrix: tuple[int, ...] | None = None  # the stream's display matrix, which NVDEC's pictures lack
+
+    def describe(self) -> str:
+        if self.name == "nvdec":
+            return f"decoded by NVDEC on GPU {self.gpu}"
+        return "decoded on the CPU" + (f" ({self.why})" if self.why else "")
+
+    def open(self, stream: av.video.stream.VideoStream) -> CpuDecoder | NvdecDecoder:
+        """A decoder for the stream's packets."""
+        if self.name == "nvdec":
+            assert self.gpu is not None
+            return NvdecDecoder(stream, self.gpu, self.matrix)
+        return CpuDecoder(stream)
+
+
+CPU_DECODING = DecoderChoice()
+
+
+def choose_decoder(requested: str, traits: StreamTraits, gpu: int | None, matrix: tuple[int, ...] | None = None,
+                   module: Callable[[], ModuleType | None] = nvdec_module) -> DecoderChoice:
+    """``--decoder``'s choice for a stream: ``cpu`` always the CPU; ``nvdec`` NVDEC, or a
+    :class:`~gpen_video.options.UsageError` saying why it cannot (before any work); ``auto``
+    NVDEC where it can, else the CPU. ``gpu`` is the first GPU the job runs on (None: the CPU only)."""
+    if requested == "cpu":
+        return CPU_DECODING
+    why = stream_refusal(traits)
+    nvc = None
+    if not why and gpu is None:
+        why = "no CUDA GPU to decode on"
+    if not why:
+        nvc = module()
+        if nvc is None:
+            why = f"PyNvVideoCodec is not installed ({NVDEC_EXTRA})"
+    if not why and nvc is not None and gpu is not None:
+        why = gpu_refusal(traits, gpu, nvc)
+    if why:
+        if requested == "nvdec":
+            raise UsageError(f"--decoder nvdec: {why}")
+        return DecoderChoice("cpu", why=why if gpu is not None else "")
+    return DecoderChoice("nvdec", gpu, matrix=matrix)
+
+
+class Decoded(NamedTuple):
+    """A decoded picture, and (from NVDEC) its planes already packed in pinned memory for the upload."""
+
+    frame: av.VideoFrame
+    staged: torch.Tensor | None = None
+
+
+class CpuDecoder:
+    """libavcodec, through PyAV: each packet decoded as it comes (an empty packet flushes)."""
+
+    def __init__(self, stream: av.video.stream.VideoStream) -> None:
+        self.stream = stream
+
+    def decode(self, packet: av.Packet) -> list[Decoded]:
+        return [Decoded(frame) for frame in packet.decode()]
+
+    @staticmethod
+    def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
+        return display_matrix(frame)
+
+
+def needs_annexb(stream: av.video.stream.VideoStream) -> bool:
+    """Whether the container stores the stream's NAL units length-prefixed (MP4, MOV, Matroska:
+    their extradata is an avcC / hvcC record, which starts with version 1), which NVDEC's parser
+    cannot read: they go through the ``*_mp4toannexb`` filter. MPEG-TS and raw streams are Annex B already."""
+    extradata = stream.codec_context.extradata
+    return bool(extradata) and extradata[0] == 1
+
+
+def picture_template(stream: av.video.stream.VideoStream) -> av.VideoFrame:
+    """A frame with the format, size and colour tags libavcodec's frames of this stream carry."""
+    context = stream.codec_context
+    like = av.VideoFrame(context.width, context.height, context.format.name)
+    like.colorspace, like.color_range = context.colorspace, context.color_range
+    like.color_primaries, like.color_trc = context.color_primaries, context.color_trc
+    return like
+
+
+def nv12_to_planes(surface: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """NVDEC's picture ((H * 3/2, W): luma, then interleaved chroma; 16-bit samples with the value
+    in the top bits for more than 8 bits) as the CPU decoder's planes packed one after another
+    (Y, U, V; for 10 bits, int16 holding the value, as :func:`~.colour.frame_planes` reads them)."""
+    if surface.dtype == torch.uint8 and surface.shape[-1] == 2 * width:
+        surface = surface.view(torch.int16)  # 16-bit samples handed over as bytes
+    if surface.dtype != torch.uint8:
+        surface = surface.view(torch.int16)
+        surface = (surface >> 6) & 0x3FF
+    luma = surface[:height]
+    chroma = surface[height : height + height // 2].reshape(height // 2, width // 2, 2)
+    return torch.cat([luma.reshape(-1), chroma[..., 0].reshape(-1), chroma[..., 1].reshape(-1)])
+
+
+class NvdecDecoder:
+    """NVDEC on one GPU, fed PyAV's packets (in Annex B) with their pts; its pictures come back in
+    presentation order as the CPU decoder's would, the same samples and timestamps, each already
+    packed in pinned memory (one copy from the GPU), which the frame handed to the encoder shares."""
+
+    def __init__(self, stream: av.video.stream.VideoStream, gpu: int, matrix: tuple[int, ...] | None,
+                 nvc: ModuleType | None = None) -> None:
+        from av.bitstream import BitStreamFilterContext
+
+        self.nvc = nvc or nvdec_module()
+        name = _NVDEC_CODECS[stream.codec_context.name][0]
+        self.filter = BitStreamFilterContext(f"{stream.codec_context.name}_mp4toannexb", stream) \
+            if needs_annexb(stream) else None
+        self.device = torch.device("cuda", gpu)
+        self.stream = torch.cuda.Stream(self.device)
+        self.decoder = self.nvc.CreateDecoder(gpuid=gpu, codec=getattr(self.nvc.cudaVideoCodec, name),
+                                              usedevicememory=True)
+        self.like = picture_template(stream)
+        self.time_base = stream.time_base
+        self.matrix = matrix
+        self.durations: dict[int, int] = {}  # packet pts -> its duration, for the frame shown at it
+
+    def display_matrix(self, frame: av.VideoFrame) -> tuple[int, ...] | None:
+        """The stream's display matrix (NVDEC's pictures carry no side data)."""
+        return self.matrix
+
+    def _send(self, data: np.ndarray | None, pts: int) -> list:
+        packet = self.nvc.PacketData()
+        if data is not None:
+            packet.bsl_data, packet.bsl, packet.pts = data.ctypes.data, data.size, pts
+        return list(self.decoder.Decode(packet))
+
+    def decode(self, packet: av.Packet) -> list[Decoded]:
+        """The pictures this packet completes (an empty packet: all that are left). A packet
+        NVDEC refuses raises :class:`av.InvalidDataError`, as libavcodec's would."""
+        flushing = not packet.size
+        if not flushing and packet.pts is not None:
+            self.durations[packet.pts] = packet.duration or 0
+        pts = packet.pts if packet.pts is not None else -1
+        try:
+            filtered = self.filter.filter(None if flushing else packet) if self.filter else \
+                ([] if flushing else [packet])
+            surfaces = []
+            for part in filtered:
+                data = np.frombuffer(part, np.uint8)
+                surfaces += self._send(data, part.pts if part.pts is not None else pts)
+            if flushing:
+                surfaces += self._send(None, 0)
+            return self._download(surfaces)
+        except av.InvalidDataError:
+            raise
+        except Exception as exc:  # NVDEC's own errors: handled as a packet that did not decode
+            raise av.InvalidDataError(0, f"NVDEC: {_first_line(exc)}") from exc
+
+    def _download(self, surfaces: list) -> list[Decoded]:
+        """Each picture's planes converted on the GPU and copied into pinned memory; the copies
+        are waited for once per packet, before the surfaces go back to the decoder."""
+        if not surfaces:
+            return []
+        staged = []
+        with torch.cuda.stream(self.stream):
+            for surface in surfaces:
+                planes = nv12_to_planes(torch.from_dlpack(surface), self.like.height, self.like.width)
+                host = torch.empty(planes.shape, dtype=planes.dtype, pin_memory=True)
+                host.copy_(planes, non_blocking=True)
+                staged.append((surface.getPTS(), host))
+        self.stream.synchronize()
+        decoded = []
+        for pts, host in staged:
+            frame = copy_colour_tags(self.like, packed_to_frame(host.numpy(), self.like))
+            frame.pts, frame.time_base = pts, self.time_base
+            frame.duration = self.durations.pop(pts, 0)
+            decoded.append(Decoded(frame, host))
+        return decoded
