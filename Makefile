@@ -20,6 +20,7 @@ test: install
 bench: install
 	$(PY) benchmarks/model_throughput.py
 	$(PY) benchmarks/pipeline_bench.py $(BENCH_ARGS)
+	$(PY) benchmarks/decoder_bench.py $(DECODER_BENCH_ARGS)
 
 demo: install
 	$(PY) -m gpen_video.demo

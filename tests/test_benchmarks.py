@@ -70,6 +70,21 @@ def test_controls_bench_smoke(tmp_path, golden):
     assert 2 <= numbers["preview_decoded"] <= numbers["preview_long_decoded"] <= 10  # 5 and 10 frames
 
 
+def test_decoder_bench_smoke(tmp_path, golden):
+    numbers = _smoke("decoder_bench.py", tmp_path, golden)
+    assert numbers["decoders"] == ["cpu"]  # NVDEC's rows need a GPU
+    assert numbers["decode_only_one_face_cpu"]["fps"] > 0
+    for clip in ("one_face", "one_face_4k", "crowd"):
+        row = numbers[f"{clip}_cpu"]
+        assert row["decoder"] == "decoded on the CPU" and row["fps"] > 0, clip
+        assert row["over_transcode"] == pytest.approx(row["fps"] / numbers[f"{clip}_transcode_fps"], rel=0.02), clip
+        assert 0 < row["pipeline_cpu_ms_per_frame"] <= row["process_cpu_ms_per_frame"], clip
+        assert row["thread_cpu_s"] and all(k.startswith(("decode", "track", "encode", "worker-"))
+                                           for k in row["thread_cpu_s"]), clip
+    assert numbers["crowd_cpu"]["faces_per_s"] > 0
+    assert numbers["detector_ms_per_frame_retinaface-r50"] > numbers["detector_ms_per_frame_retinaface-mobile"] > 0
+
+
 def test_startup_bench_smoke(tmp_path, golden):
     numbers = _smoke("startup_bench.py", tmp_path, golden)
     assert numbers["import_s"] > 0
