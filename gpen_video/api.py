@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .options import BatchOptions, JobOptions, RestoreOptions, UsageError
-from .pipeline.batch import JobResult
+from .pipeline.batch import BatchEngine, JobResult
 from .pipeline.batch import restore_many as _restore_many
 from .pipeline.engine import Engine, Summary
 
@@ -72,15 +72,23 @@ def preview(input: str | Path, sheet: str | Path, panels: int, options: RestoreO
 
 def restore_many(inputs: list[str | Path], output_dir: str | Path, options: RestoreOptions | None = None, *,
                  name: str | None = None, recursive: bool = False, skip_existing: bool = False,
-                 jobs: int | None = None, overwrite: bool = False, resume: bool = False,
-                 segment_frames: int | None = None, tracks_out: str | Path | None = None, progress: bool = True,
-                 **changes: Any) -> list[JobResult]:
+                 jobs: int | None = None, ray: str | None = None, ray_actors: int | None = None,
+                 overwrite: bool = False, resume: bool = False, segment_frames: int | None = None,
+                 tracks_out: str | Path | None = None, progress: bool = True, **changes: Any) -> list[JobResult]:
     """Restore every input (files, or the videos and images of folders) into ``output_dir`` on one
     engine: the weights load and the workers compile once, and ``jobs`` files (see
-    :class:`BatchOptions`) are restored at once. A file that fails has its error in its
-    :class:`JobResult` and no output; the others are restored."""
-    batch = BatchOptions(recursive=recursive, skip_existing=skip_existing, **({"name": name} if name else {}),
-                         **({"jobs": jobs} if jobs is not None else {}))
-    with Engine(_options(options, changes), progress) as engine:
-        return _restore_many(engine, [Path(p) for p in inputs], Path(output_dir), batch,
-                             _job(overwrite, resume, segment_frames, tracks_out), progress)
+    :class:`BatchOptions`) are restored at once; with ``ray`` (an address, as ``--ray``), on the
+    actors of a Ray cluster instead. A file that fails has its error in its :class:`JobResult`
+    and no output; the others are restored."""
+    batch = BatchOptions(recursive=recursive, skip_existing=skip_existing, ray=ray, ray_actors=ray_actors,
+                         **({"name": name} if name else {}), **({"jobs": jobs} if jobs is not None else {}))
+    job = _job(overwrite, resume, segment_frames, tracks_out)
+    engine: BatchEngine
+    if ray is not None:
+        from .pipeline.cluster import ClusterEngine
+
+        engine = ClusterEngine(_options(options, changes), ray, ray_actors)
+    else:
+        engine = Engine(_options(options, changes), progress)
+    with engine:
+        return _restore_many(engine, [Path(p) for p in inputs], Path(output_dir), batch, job, progress)

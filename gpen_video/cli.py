@@ -18,8 +18,7 @@ STARTED = time.perf_counter()  # start-up is reported from here: the heavy impor
 
 if TYPE_CHECKING:
     from .options import BatchOptions, JobOptions, RestoreOptions
-    from .pipeline.batch import JobResult
-    from .pipeline.engine import Engine
+    from .pipeline.batch import BatchEngine, JobResult
 
 EXAMPLES = """examples:
   gpen-video talk.mp4 talk_restored.mp4                 restore on the first GPU (or the CPU)
@@ -35,6 +34,7 @@ EXAMPLES = """examples:
   gpen-video party.mp4 out.mp4 --faces largest           restore the main person of each shot only
   gpen-video clips/ restored/ --skip-existing            every video and image in clips/, into restored/
   gpen-video a.mp4 b.mov c.jpg restored/ --name '{stem}_gpen.{ext}'
+  gpen-video /nfs/clips/ /nfs/restored/ --ray auto       every file on the running Ray cluster, an actor per GPU
 """
 
 
@@ -135,6 +135,15 @@ def _main(argv: list[str] | None) -> int:
         signal.signal(signal.SIGINT, _interrupt)
         signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
         options, job, batch = options_of(args)
+        if batch.ray is not None:
+            from .options import UsageError
+
+            if args.detect_only or job.preview is not None:
+                raise UsageError("--ray restores files into an OUTDIR; --detect-only and --preview run here")
+            from .pipeline.cluster import ClusterEngine
+
+            with logging_redirect_tqdm(), ClusterEngine(options, batch.ray, batch.ray_actors) as cluster:
+                return _run_batch(cluster, args, job, batch)
         # Log lines through tqdm: a warning given while a bar runs (as a file ends) gets a line of its own.
         with logging_redirect_tqdm(), Engine(options, progress=not args.quiet) as engine:
             if args.detect_only:
@@ -146,7 +155,7 @@ def _main(argv: list[str] | None) -> int:
                 summary = engine.restore(args.paths[0], args.paths[1], job)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
-        if not args.detect_only and is_batch(args.paths):
+        if not args.detect_only and (is_batch(args.paths) or args.ray):
             print(f"gpen-video: interrupted; the files finished before it are kept, those under way are not{kept}",
                   file=sys.stderr)
         else:
@@ -164,9 +173,10 @@ def _main(argv: list[str] | None) -> int:
     return 0
 
 
-def _run_batch(engine: Engine, args: argparse.Namespace, job: JobOptions, batch: BatchOptions) -> int:
-    """Every input into OUTDIR on one engine; each file's result as it ends, a report at the end.
-    Exit 1 when any file failed; an interrupt keeps the files already finished."""
+def _run_batch(engine: BatchEngine, args: argparse.Namespace, job: JobOptions, batch: BatchOptions) -> int:
+    """Every input into OUTDIR on one engine (this machine's or a Ray cluster's); each file's result
+    as it ends, a report at the end (with a cluster, a line per actor). Exit 1 when any file
+    failed; an interrupt keeps the files already finished."""
     from tqdm import tqdm
 
     from .media.images import IMAGE_EXTENSIONS
@@ -196,6 +206,8 @@ def _run_batch(engine: Engine, args: argparse.Namespace, job: JobOptions, batch:
               f"{len(results) - len(failed)} done, {len(failed)} failed", file=sys.stderr)
         for result in results:
             print(f"  {result.describe()}", file=sys.stderr)
+        if batch.ray is not None:
+            print(engine.describe(), file=sys.stderr)
     return 1 if failed else 0
 
 

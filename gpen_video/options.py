@@ -263,6 +263,12 @@ class JobOptions(_Checked):
                              "the video)")
 
 
+def _ray_address(value: str | None) -> str | None:
+    if value is None or value in ("local", "auto") or value.startswith("ray://") or ":" in value:
+        return None
+    return f"must be local, auto, ray://HOST:PORT or HOST:PORT, got {value!r}"
+
+
 @dataclass(frozen=True)
 class BatchOptions(_Checked):
     """How a call with many inputs (``IN1 IN2 ... OUTDIR`` or ``INDIR OUTDIR``) finds and names them."""
@@ -277,6 +283,18 @@ class BatchOptions(_Checked):
     jobs: int = option(2, "files restored at once: one's start overlaps another's end, and their decoding and "
                           "encoding share the CPU's cores (each takes its own frames in flight, so more take "
                           "more memory)", "batch", check=_between(1, 8))
+    ray: str | None = option(None, "restore the files on a Ray cluster (the [ray] extra): auto, the running one; "
+                                   "ray://HOST:PORT; local, one started here. One actor per GPU (CPU actors on "
+                                   "a cluster without GPUs), each with warm weights; a file whose actor dies runs "
+                                   "again on another. Inputs and OUTDIR must be on a filesystem every node sees",
+                             "batch", metavar="ADDRESS", check=_ray_address)
+    ray_actors: int | None = option(None, "actors with --ray (default: one per GPU of the cluster, else one per "
+                                          "node)", "batch", check=_at_least(1, "a positive integer"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ray_actors is not None and self.ray is None:
+            raise UsageError("--ray-actors needs --ray")
 
 
 def value_type(owner: type, spec: dataclasses.Field) -> type:

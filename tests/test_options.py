@@ -17,6 +17,8 @@ from gpen_video.options import BatchOptions, JobOptions, RestoreOptions, UsageEr
 #: Options the command line has for itself: they change how it reports, not what is done.
 CLI_ONLY = {"-h", "--help", "--version", "--quiet", "--debug"}
 OWNERS = (RestoreOptions, JobOptions, BatchOptions)
+#: Options that only work with another, and the value the other gets in the tests.
+NEEDS = {"ray_actors": {"ray": "local"}}
 
 
 def _other_value(owner: type, spec: dataclasses.Field):
@@ -37,7 +39,7 @@ def _other_value(owner: type, spec: dataclasses.Field):
     elif kind is float:
         value = default - 0.25 if default and default >= 0.5 else (default or 0) + 0.25
     else:
-        value = {"codec": "libx265", "name": "{stem}_gpen.{ext}"}.get(spec.name, "x")
+        value = {"codec": "libx265", "name": "{stem}_gpen.{ext}", "ray": "local"}.get(spec.name, "x")
     return value, [str(value)]
 
 
@@ -45,10 +47,12 @@ def _other_value(owner: type, spec: dataclasses.Field):
 def test_every_field_is_a_flag_that_sets_it_and_nothing_else(owner):
     for spec in dataclasses.fields(owner):
         value, words = _other_value(owner, spec)
-        args = cli.build_parser().parse_args(["in.mp4", "out.mp4", flag_of(spec), *words])
+        needed = NEEDS.get(spec.name, {})  # the option it only works with, set too
+        extra = [w for name, v in needed.items() for w in (f"--{name.replace('_', '-')}", v)]
+        args = cli.build_parser().parse_args(["in.mp4", "out.mp4", flag_of(spec), *words, *extra])
         options = dict(zip(OWNERS, cli.options_of(args)))
         assert getattr(options[owner], spec.name) == value, spec.name
-        assert options[owner] == dataclasses.replace(owner(), **{spec.name: value}), spec.name
+        assert options[owner] == dataclasses.replace(owner(), **{spec.name: value, **needed}), spec.name
         for other in OWNERS:
             if other is not owner:
                 assert options[other] == other(), spec.name

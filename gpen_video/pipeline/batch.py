@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from tqdm import tqdm
 
@@ -21,7 +22,7 @@ from ..media.images import IMAGE_EXTENSIONS
 from ..media.source import probe
 from ..media.writer import CONTAINERS
 from ..options import BatchOptions, JobOptions, UsageError
-from .engine import Engine, Summary
+from .engine import FrameCallback, Summary
 
 #: Extensions taken as videos when a folder is scanned (a file named on the command line is tried
 #: whatever its name).
@@ -29,6 +30,22 @@ VIDEO_EXTENSIONS = {".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".mxf", ".t
                     ".mpeg", ".wmv", ".flv", ".3gp", ".dv"}
 #: Where the input's container cannot be written, outputs take this one (it holds any stream).
 FALLBACK_EXTENSION = "mkv"
+
+
+class BatchEngine(Protocol):
+    """What runs a batch's files: this machine's :class:`~.engine.Engine`, or a Ray cluster's
+    :class:`~.cluster.ClusterEngine`."""
+
+    planned_frames: int | None  # the batch's frames, which --compile auto decides on
+
+    def parallel_jobs(self, requested: int) -> int: ...
+
+    def check(self, inputs: Sequence[Path], output_dir: Path) -> None: ...
+
+    def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
+                on_frame: FrameCallback | None = None) -> Summary: ...
+
+    def interrupt(self) -> None: ...
 
 
 @dataclass
@@ -87,11 +104,12 @@ def output_name(relative: Path, template: str) -> Path:
     return relative.parent / name
 
 
-def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch: BatchOptions,
+def restore_many(engine: BatchEngine, inputs: Sequence[Path], output_dir: Path, batch: BatchOptions,
                  job: JobOptions, progress: bool = True,
                  report: Callable[[JobResult], None] | None = None) -> list[JobResult]:
     """Restore every input (files, or the videos and images of folders) into ``output_dir`` on one
-    engine; returns a result per input, in order. ``report`` hears each result as it comes."""
+    engine (this machine's, or a cluster's); returns a result per input, in order. ``report``
+    hears each result as it comes."""
     jobs = [(source, output_dir / output_name(relative, batch.name))
             for source, relative in find_inputs(inputs, batch.recursive)]
     if not jobs:
@@ -108,6 +126,7 @@ def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch
         except Exception:
             frames[source] = 0
     output_dir.mkdir(parents=True, exist_ok=True)
+    engine.check([source for source, _ in jobs], output_dir)
     if job.tracks_out is not None:
         job.tracks_out.mkdir(parents=True, exist_ok=True)
     # --compile auto decides on the whole batch's work, less the outputs --skip-existing leaves alone.
@@ -143,7 +162,7 @@ def restore_many(engine: Engine, inputs: Sequence[Path], output_dir: Path, batch
                 report(result)
         return result
 
-    threads = ThreadPoolExecutor(max_workers=batch.jobs, thread_name_prefix="job")
+    threads = ThreadPoolExecutor(max_workers=engine.parallel_jobs(batch.jobs), thread_name_prefix="job")
     futures = [threads.submit(run, source, output) for source, output in jobs]
     try:
         return [future.result() for future in futures]

@@ -13,7 +13,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,6 +205,13 @@ class Engine:
                 label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
                 self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
         return workers
+
+    def parallel_jobs(self, requested: int) -> int:
+        """Files a batch runs at once on this engine: as many as asked (``--jobs``); they share the workers."""
+        return requested
+
+    def check(self, inputs: Sequence[Path], output_dir: Path) -> None:
+        """Nothing to check before a batch here: this machine's paths are the ones given."""
 
     def close(self) -> None:
         """Stop the workers' threads (once no job runs). The engine cannot run jobs after this."""

@@ -1,0 +1,220 @@
+"""Many inputs across a Ray cluster (``--ray ADDRESS``): one actor per GPU of the cluster (CPU
+actors where it has none), each holding a warm :class:`~.engine.Engine`, built once; the batch
+hands each file to an idle actor. Ray places the actors, restarts one that dies (a killed process,
+a node that leaves) and runs its file again; the Engine's temporary file and rename mean a file
+cut off that way leaves nothing at its OUTPUT. Inputs and OUTDIR must be on a filesystem every
+node sees; each actor checks that before any work.
+
+Ray is an optional dependency: ``pip install 'gpen-video[ray]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..options import JobOptions, RestoreOptions, UsageError
+from .engine import Engine, FrameCallback, Summary
+
+RAY_EXTRA = "pip install 'gpen-video[ray]'"
+NAMESPACE = "gpen-video"
+#: How often a file's progress is read from its actor, seconds.
+POLL_SECONDS = 0.5
+#: Restarts of a dead actor, and retries of the file it held, before the file fails.
+RETRIES = 3
+
+
+class RestoreActor:
+    """One Engine on one node (one GPU, or the CPU), as a Ray actor: restores the files handed to
+    it and says how far the current one is (a second method thread answers while it works)."""
+
+    def __init__(self, options: RestoreOptions) -> None:
+        self.engine = Engine(options, progress=False)
+        self.frames = self.faces = 0
+
+    def where(self) -> str:
+        """This actor's host and process, for the report."""
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    def check(self, inputs: Sequence[str], output_dir: str) -> str:
+        """Why this node cannot do the batch's work ("" when it can): an input it cannot read, or an
+        OUTDIR it cannot write (the paths must name one shared filesystem on every node)."""
+        for path in inputs:
+            if not os.access(path, os.R_OK):
+                return f"{socket.gethostname()} cannot read {path}"
+        probe = Path(output_dir) / f".gpen-video-check-{socket.gethostname()}-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            return f"{socket.gethostname()} cannot write {output_dir} ({exc.strerror or exc})"
+        return ""
+
+    def plan(self, frames: int) -> None:
+        """The frames of all the work planned, which ``--compile auto`` decides on."""
+        self.engine.planned_frames = frames
+
+    def restore(self, input: str, output: str, job: JobOptions) -> Summary:
+        self.frames = self.faces = 0
+
+        def count(frames: int, faces: int) -> None:
+            self.frames += frames
+            self.faces += faces
+
+        return self.engine.restore(input, output, job, on_frame=count)
+
+    def progress(self) -> tuple[int, int]:
+        """Frames written and faces restored of the current file."""
+        return self.frames, self.faces
+
+
+@dataclass
+class ActorLoad:
+    """What one actor did, for the closing report."""
+
+    where: str
+    files: int = 0
+    frames: int = 0
+    faces: int = 0
+    seconds: float = 0.0
+
+    def describe(self, name: str) -> str:
+        rate = self.faces / self.seconds if self.seconds else 0.0
+        return f"{name} ({self.where}): {self.files} file(s), {self.frames} frames, {rate:.1f} faces/s"
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--ray needs Ray, which is not installed ({RAY_EXTRA})") from None
+    return ray
+
+
+class ClusterEngine:
+    """The batch's engine on a Ray cluster: :meth:`restore` runs a file on an idle actor and
+    returns its summary, as :meth:`Engine.restore` does on this machine. ``address`` is "local"
+    (a Ray instance started here for this run), "auto" (the running cluster) or "ray://host:port";
+    ``actors`` defaults to one per GPU of the cluster, else one per node."""
+
+    def __init__(self, options: RestoreOptions, address: str, actors: int | None = None) -> None:
+        ray = _ray()
+        self.planned_frames: int | None = None
+        self._started = not ray.is_initialized()
+        if self._started:
+            settings = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
+            try:
+                if address == "local":
+                    ray.init(object_store_memory=256 * 1024 * 1024, **settings)
+                else:
+                    ray.init(address=address, **settings)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise UsageError(f"--ray {address}: no Ray cluster to join ({_first_line(exc)})") from None
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        count = actors or gpus or sum(1 for node in ray.nodes() if node.get("Alive"))
+        actor = ray.remote(RestoreActor)
+        placement = {"num_gpus": 1 if gpus else 0, "num_cpus": 1, "max_restarts": RETRIES,
+                     "max_task_retries": RETRIES, "namespace": NAMESPACE,
+                     "max_concurrency": 2}  # restore() in one thread, progress() in the other
+        if not gpus:  # a cluster without GPUs runs its actors on the CPU, whatever this machine has
+            options = dataclasses.replace(options, device="cpu", gpus=None)
+        run = f"{socket.gethostname()}-{os.getpid()}"
+        self.handles = [actor.options(name=f"{run}-{i}", **placement).remote(options) for i in range(count)]
+        self.loads = [ActorLoad(where) for where in ray.get([h.where.remote() for h in self.handles])]
+        self._idle: queue.Queue[int] = queue.Queue()
+        for i in range(count):
+            self._idle.put(i)
+        self._running: set[Any] = set()
+        self._lock = threading.Lock()
+        self._interrupted = False
+
+    def parallel_jobs(self, requested: int) -> int:
+        """Files at once: one per actor (each actor's engine runs one file at a time)."""
+        return len(self.handles)
+
+    def check(self, inputs: Sequence[Path], output_dir: Path) -> None:
+        """Every actor can read every input and write OUTDIR, else a UsageError before any work."""
+        ray = _ray()
+        paths = [str(p.resolve()) for p in inputs]
+        problems = [p for p in ray.get([h.check.remote(paths, str(output_dir.resolve())) for h in self.handles]) if p]
+        if problems:
+            raise UsageError(f"{problems[0]}: with --ray, the inputs and OUTDIR must be on a filesystem every "
+                             f"node sees, at the same path")
+
+    def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
+                on_frame: FrameCallback | None = None) -> Summary:
+        """Restore ``input`` into ``output`` on the next idle actor; progress comes to ``on_frame``."""
+        ray = _ray()
+        if self._interrupted:
+            raise KeyboardInterrupt
+        slot = self._idle.get()
+        handle, load = self.handles[slot], self.loads[slot]
+        ref = None
+        try:
+            if self.planned_frames is not None:
+                ray.get(handle.plan.remote(self.planned_frames))
+            ref = handle.restore.remote(str(Path(input).resolve()), str(Path(output).resolve()), job or JobOptions())
+            with self._lock:
+                self._running.add(ref)
+            seen = (0, 0)
+            while not ray.wait([ref], timeout=POLL_SECONDS)[0]:
+                try:
+                    now = ray.get(handle.progress.remote(), timeout=POLL_SECONDS)
+                except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
+                    continue  # restarting: its file starts again
+                if on_frame is not None and now[0] > seen[0]:
+                    on_frame(now[0] - seen[0], now[1] - seen[1])
+                seen = max(seen, now)
+            try:
+                summary = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # the file's own error, as the engine raised it
+                raise (exc.cause or exc) from None
+            except ray.exceptions.TaskCancelledError:
+                raise KeyboardInterrupt from None
+            if on_frame is not None and summary.frames > seen[0]:
+                on_frame(summary.frames - seen[0], max(0, summary.faces - seen[1]))
+            load.files, load.frames = load.files + 1, load.frames + summary.frames
+            load.faces, load.seconds = load.faces + summary.faces, load.seconds + summary.seconds
+            return summary
+        finally:
+            with self._lock:
+                self._running.discard(ref)
+            self._idle.put(slot)
+
+    def interrupt(self) -> None:
+        """Stop every running file (each actor's engine removes its partial output) and any later one."""
+        ray = _ray()
+        self._interrupted = True
+        with self._lock:
+            for ref in self._running:
+                ray.cancel(ref)
+
+    def describe(self) -> str:
+        """One line per actor: where it ran, its files, frames and faces/s."""
+        return "\n".join(load.describe(f"actor {i}") for i, load in enumerate(self.loads))
+
+    def close(self) -> None:
+        """Let the actors go (and the Ray instance this run started)."""
+        ray = _ray()
+        for handle in self.handles:
+            ray.kill(handle)
+        self.handles = []
+        if self._started:
+            ray.shutdown()
+
+    def __enter__(self) -> ClusterEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
