@@ -164,7 +164,7 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        from .pipeline.batch import error_line
+        from .errors import error_line
 
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
         return 1

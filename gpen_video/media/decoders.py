@@ -20,8 +20,9 @@ import av
 import numpy as np
 import torch
 
+from ..errors import error_line
 from ..options import UsageError
-from .colour import copy_colour_tags, display_matrix, packed_to_frame
+from .colour import display_matrix, packed_to_frame
 
 NVDEC_EXTRA = "pip install 'gpen-video[nvdec]'"
 
@@ -42,12 +43,6 @@ class StreamTraits:
     height: int
     interlaced: bool
 
-    @classmethod
-    def of(cls, stream: av.video.stream.VideoStream, interlaced: bool) -> StreamTraits:
-        context = stream.codec_context
-        return cls(context.name, context.format.name if context.format else "", context.width, context.height,
-                   interlaced)
-
 
 def stream_refusal(traits: StreamTraits) -> str:
     """Why NVDEC may not decode this stream ("" when it may), from the stream alone."""
@@ -61,10 +56,6 @@ def stream_refusal(traits: StreamTraits) -> str:
     if traits.width % 2 or traits.height % 2:
         return f"an odd size ({traits.width}x{traits.height}) decodes on the CPU"
     return ""
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def nvdec_module() -> ModuleType | None:
@@ -83,7 +74,7 @@ def gpu_refusal(traits: StreamTraits, gpu: int, nvc: ModuleType) -> str:
                                   chromaformat=nvc.cudaVideoChromaFormat.__members__["420"],
                                   bitdepth=formats[traits.pix_fmt])
     except Exception as exc:  # the driver's own words: no libnvcuvid, a MIG slice without decoders
-        return f"GPU {gpu} has no NVDEC for {traits.codec} ({_first_line(exc)})"
+        return f"GPU {gpu} has no NVDEC for {traits.codec} ({error_line(exc)})"
     caps = dict(caps)
     if not caps.get("supported", 0) or not caps.get("num_decoder_engines", 0):
         return f"GPU {gpu} has no NVDEC engine for {traits.codec} {formats[traits.pix_fmt]}-bit 4:2:0"
@@ -115,7 +106,7 @@ class DecoderChoice:
         if self.name == "nvdec":
             assert self.gpu is not None
             return NvdecDecoder(stream, self.gpu, self.matrix)
-        return CpuDecoder(stream)
+        return CpuDecoder()
 
 
 CPU_DECODING = DecoderChoice()
@@ -155,10 +146,8 @@ class Decoded(NamedTuple):
 class CpuDecoder:
     """libavcodec, through PyAV: each packet decoded as it comes (an empty packet flushes)."""
 
-    def __init__(self, stream: av.video.stream.VideoStream) -> None:
-        self.stream = stream
-
-    def decode(self, packet: av.Packet) -> list[Decoded]:
+    @staticmethod
+    def decode(packet: av.Packet) -> list[Decoded]:
         return [Decoded(frame) for frame in packet.decode()]
 
     @staticmethod
@@ -202,11 +191,10 @@ class NvdecDecoder:
     presentation order as the CPU decoder's would, the same samples and timestamps, each already
     packed in pinned memory (one copy from the GPU), which the frame handed to the encoder shares."""
 
-    def __init__(self, stream: av.video.stream.VideoStream, gpu: int, matrix: tuple[int, ...] | None,
-                 nvc: ModuleType | None = None) -> None:
+    def __init__(self, stream: av.video.stream.VideoStream, gpu: int, matrix: tuple[int, ...] | None) -> None:
         from av.bitstream import BitStreamFilterContext
 
-        self.nvc = nvc or nvdec_module()
+        self.nvc = nvdec_module()
         name = _NVDEC_CODECS[stream.codec_context.name][0]
         self.filter = BitStreamFilterContext(f"{stream.codec_context.name}_mp4toannexb", stream) \
             if needs_annexb(stream) else None
@@ -249,7 +237,7 @@ class NvdecDecoder:
         except av.InvalidDataError:
             raise
         except Exception as exc:  # NVDEC's own errors: handled as a packet that did not decode
-            raise av.InvalidDataError(0, f"NVDEC: {_first_line(exc)}") from exc
+            raise av.InvalidDataError(0, f"NVDEC: {error_line(exc)}") from exc
 
     def _download(self, surfaces: list) -> list[Decoded]:
         """Each picture's planes converted on the GPU and copied into pinned memory; the copies
@@ -266,7 +254,7 @@ class NvdecDecoder:
         self.stream.synchronize()
         decoded = []
         for pts, host in staged:
-            frame = copy_colour_tags(self.like, packed_to_frame(host.numpy(), self.like))
+            frame = packed_to_frame(host.numpy(), self.like)  # with the template's colour tags
             frame.pts, frame.time_base = pts, self.time_base
             frame.duration = self.durations.pop(pts, 0)
             decoded.append(Decoded(frame, host))

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from tqdm import tqdm
 
+from ..errors import error_line
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.source import probe
 from ..media.writer import CONTAINERS
@@ -66,11 +67,6 @@ class JobResult:
         s = self.summary
         return (f"ok      {self.input} -> {self.output}: {s.frames} frames, {s.faces} faces, {s.seconds:.1f} s"
                 + (f", {len(s.warnings)} warning(s)" if s.warnings else ""))
-
-
-def error_line(exc: BaseException) -> str:
-    """An error as the one line a user is shown: its message's first line, else its kind."""
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def find_inputs(paths: Sequence[Path], recursive: bool) -> list[tuple[Path, Path]]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import error_line
 from ..options import JobOptions, RestoreOptions, UsageError
 from .engine import Engine, FrameCallback, Summary
 
@@ -57,11 +58,9 @@ class RestoreActor:
             return f"{socket.gethostname()} cannot write {output_dir} ({exc.strerror or exc})"
         return ""
 
-    def plan(self, frames: int) -> None:
-        """The frames of all the work planned, which ``--compile auto`` decides on."""
-        self.engine.planned_frames = frames
-
-    def restore(self, input: str, output: str, job: JobOptions) -> Summary:
+    def restore(self, input: str, output: str, job: JobOptions, planned_frames: int | None) -> Summary:
+        """Restore one file; ``planned_frames``, the batch's frames, is what ``--compile auto`` decides on."""
+        self.engine.planned_frames = planned_frames
         self.frames = self.faces = 0
 
         def count(frames: int, faces: int) -> None:
@@ -116,7 +115,7 @@ class ClusterEngine:
                 else:
                     ray.init(address=address, **settings)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise UsageError(f"--ray {address}: no Ray cluster to join ({_first_line(exc)})") from None
+                raise UsageError(f"--ray {address}: no Ray cluster to join ({error_line(exc)})") from None
         gpus = int(ray.cluster_resources().get("GPU", 0))
         count = actors or gpus or sum(1 for node in ray.nodes() if node.get("Alive"))
         actor = ray.remote(RestoreActor)
@@ -158,9 +157,8 @@ class ClusterEngine:
         handle, load = self.handles[slot], self.loads[slot]
         ref = None
         try:
-            if self.planned_frames is not None:
-                ray.get(handle.plan.remote(self.planned_frames))
-            ref = handle.restore.remote(str(Path(input).resolve()), str(Path(output).resolve()), job or JobOptions())
+            ref = handle.restore.remote(str(Path(input).resolve()), str(Path(output).resolve()), job or JobOptions(),
+                                        self.planned_frames)
             with self._lock:
                 self._running.add(ref)
             seen = (0, 0)
@@ -215,6 +213,3 @@ class ClusterEngine:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
