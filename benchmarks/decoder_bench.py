@@ -6,7 +6,8 @@
   the same x264 settings), then a render with each decoder (``--compile on``, the real mobile
   detector): fps, the ratio to the transcode, faces/s, and the CPU ms per frame of the pipeline's
   own threads (decode, track, encode, workers: not x264's, not libavcodec's), beside the whole
-  process's.
+  process's. The crowd's faces/s are set against GPEN alone, as the pipeline builds it (fp16,
+  compiled, batch 16), timed in the same process.
 - the detectors' networks alone (random weights time the same): ``retinaface-r50``, the
   default, and ``retinaface-mobile``, fp32, a batch of 16 frames at the size a 1080p frame is
   detected at (1000 px wide): ms per frame.
@@ -31,7 +32,9 @@ from thread_cpu import ThreadCPU
 from gpen_video.api import restore_video
 from gpen_video.media.decoders import choose_decoder
 from gpen_video.media.source import demux, open_input, probe
+from gpen_video.model.weights import read_state_dict
 from gpen_video.options import RestoreOptions
+from gpen_video.worker.restorer import FaceRestorer
 
 #: The threads the pipeline runs itself (its Python threads); the rest are x264's, libavcodec's, CUDA's.
 PIPELINE_THREADS = ("decode", "track", "encode", "worker-")
@@ -62,6 +65,21 @@ def render(clip: Path, output: Path, decoder: str, options: dict) -> dict[str, o
             "decoder": summary.decoder, "pipeline_cpu_ms_per_frame": round(1000 * own / summary.frames, 2),
             "process_cpu_ms_per_frame": round(1000 * cpu / summary.frames, 2),
             "thread_cpu_s": {k: v for k, v in groups.items() if k.startswith(PIPELINE_THREADS)}}
+
+
+def gpen_alone(weights: str, repeats: int) -> float:
+    """Faces/s of GPEN by itself, built as a GPU worker builds it (precision, batch, compiled into a
+    CUDA graph), on random faces: the ceiling for a render's restored faces/s."""
+    from model_throughput import time_ms
+
+    options = RestoreOptions()
+    restorer = FaceRestorer(read_state_dict(weights), options, torch.device("cuda"), compiled=True)
+    size = restorer.crop_size
+    faces = torch.rand(options.batch_size, 3, size, size, device="cuda") * 2 - 1
+    with torch.no_grad():
+        ms = time_ms(lambda: restorer.model(faces), torch.device("cuda"), repeats)
+    restorer.close()
+    return round(options.batch_size / ms * 1e3, 1)
 
 
 def detector_ms(name: str, device: str, batch: int, repeats: int) -> float:
@@ -130,6 +148,12 @@ def main() -> None:
                 row["over_transcode"] = round(row["fps"] / transcode, 3)
                 rows[f"{name}_{decoder}"] = row
                 print(f"{name}, {decoder}: {row}", flush=True)
+    if gpu and args.weights:
+        rows["gpen_alone_faces_per_s"] = gpen_alone(args.weights, 50)
+        for decoder in decoders:
+            row = rows[f"crowd_{decoder}"]
+            row["over_gpen_alone"] = round(row["faces_per_s"] / rows["gpen_alone_faces_per_s"], 3)
+        print(f"GPEN alone: {rows['gpen_alone_faces_per_s']} faces/s", flush=True)
     device = "cuda" if gpu else "cpu"
     batch, repeats = (16, 20) if gpu else (1, 1)
     for name in ("retinaface-r50", "retinaface-mobile"):
