@@ -171,6 +171,17 @@ def broadcast_ts(path: Path, seconds: float = 1.2) -> Path:
     return path
 
 
+def lossy_ts(path: Path) -> Path:
+    """:func:`broadcast_ts` received with losses: every 40th transport packet of its middle half
+    dropped, as a weak signal drops them. FFmpeg's demuxer flags the video packets that lost data."""
+    data = broadcast_ts(path.with_name(f"whole-{path.name}")).read_bytes()
+    size = 188  # bytes per transport packet
+    count = len(data) // size
+    path.write_bytes(b"".join(data[i * size : (i + 1) * size] for i in range(count)
+                              if not (count // 4 < i < 3 * count // 4 and i % 40 == 0)))
+    return path
+
+
 def _jpeg(size: int = 64) -> tuple[bytes, int, int]:
     """One real frame of the talking head as a JPEG picture."""
     encoder = av.CodecContext.create("mjpeg", "w")

@@ -50,8 +50,9 @@ def _assert_nvdec_equals_libavcodec(path: Path) -> int:
             planes = frame_planes(cpu.frame)
             for x, y in zip(planes, frame_planes(gpu.frame), strict=True):
                 np.testing.assert_array_equal(x, y, where)
-            staged = gpu.buffers.take_staged()  # the upload's buffer, filled on the GPU
-            np.testing.assert_array_equal(staged.numpy(), np.concatenate([p.reshape(-1) for p in planes]), where)
+            staged = gpu.buffers.take_staged()  # the workers' buffer, packed on the GPU
+            assert staged.is_cuda, where
+            np.testing.assert_array_equal(staged.cpu().numpy(), np.concatenate([p.reshape(-1) for p in planes]), where)
             count += 1
     return count
 
@@ -92,6 +93,22 @@ def test_damaged_input_keeps_the_same_frames_and_times_with_nvdec(tmp_path):
         cpu = [f.frame.pts for f in demux(a, set())]
         gpu = [f.frame.pts for f in demux(b, set(), decoding=choice)]
     assert gpu == cpu
+
+
+def test_frames_of_packets_the_container_flags_as_damaged_are_marked_damaged_with_nvdec_too(tmp_path):
+    """A transport stream with lost packets: libavcodec marks the frames it concealed, NVDEC says
+    nothing of its own, so the frames of every flagged packet are marked: the summary counts them."""
+    lossy = corpus.lossy_ts(tmp_path / "lossy.ts")
+    info = probe(lossy)
+    choice = choose_decoder("nvdec", info.traits, 0, info.display_matrix)
+    with av.open(str(lossy)) as a, av.open(str(lossy)) as b:
+        cpu = list(demux(a, set()))
+        gpu = list(demux(b, set(), decoding=choice))
+    with av.open(str(lossy)) as c:
+        flagged = {p.pts for p in c.demux(video=0) if p.size and p.is_corrupt}
+    assert [f.frame.pts for f in gpu] == [f.frame.pts for f in cpu]
+    assert flagged and any(f.damage for f in cpu)
+    assert {f.frame.pts for f in gpu if f.damage == "corrupt"} == flagged
 
 
 def test_a_lossless_render_decoded_by_nvdec_equals_one_decoded_on_the_cpu(small_gpen, tmp_path):

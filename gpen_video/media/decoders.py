@@ -10,6 +10,7 @@ every machine without a GPU, NVDEC or the package, decodes on the CPU.
 
 from __future__ import annotations
 
+import collections
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,10 +138,13 @@ def choose_decoder(requested: str, traits: StreamTraits, gpu: int | None, matrix
 
 
 class Decoded(NamedTuple):
-    """A decoded picture, and (from NVDEC) its planes already packed in pinned memory for the upload."""
+    """A decoded picture, and (from NVDEC) its planes already packed on the GPU for the workers,
+    and whether its packet came flagged as damaged by the container (NVDEC reports no concealment
+    of its own; libavcodec's frames say so themselves)."""
 
     frame: av.VideoFrame
     staged: torch.Tensor | None = None
+    damaged: bool = False
 
 
 class CpuDecoder:
@@ -186,10 +190,26 @@ def nv12_to_planes(surface: torch.Tensor, height: int, width: int) -> torch.Tens
     return torch.cat([luma.reshape(-1), chroma[..., 0].reshape(-1), chroma[..., 1].reshape(-1)])
 
 
+#: Packets whose bytes NVDEC may still read: far more than a stream reorders pictures by (16 at most).
+_KEPT_PACKETS = 256
+_NO_PTS = -1  # what a packet without a pts goes to NVDEC with
+
+
+class _InFlight(NamedTuple):
+    """Pictures whose copy to the host is queued on the decoder's stream: (pts, planes on the GPU,
+    pinned host buffer) each, and the event that marks the copies done."""
+
+    pictures: list[tuple[int, torch.Tensor, torch.Tensor]]
+    copied: torch.cuda.Event
+
+
 class NvdecDecoder:
-    """NVDEC on one GPU, fed PyAV's packets (in Annex B) with their pts; its pictures come back in
-    presentation order as the CPU decoder's would, the same samples and timestamps, each already
-    packed in pinned memory (one copy from the GPU), which the frame handed to the encoder shares."""
+    """NVDEC on one GPU, fed PyAV's packets (in Annex B). Its pictures come back in presentation
+    order as the CPU decoder's would, the same samples and timestamps, one packet late: each
+    picture is packed on the GPU, where the workers take it without an upload, and copied once into
+    pinned memory for the encoder (the frame shares that buffer). The copies of one packet's
+    pictures run while the next packet decodes; only the packing, which reads the decoder's
+    surfaces, is waited for before the decoder may reuse them."""
 
     def __init__(self, stream: av.video.stream.VideoStream, gpu: int, matrix: tuple[int, ...] | None) -> None:
         from av.bitstream import BitStreamFilterContext
@@ -205,57 +225,79 @@ class NvdecDecoder:
         self.like = picture_template(stream)
         self.time_base = stream.time_base
         self.matrix = matrix
-        self.durations: dict[int, int] = {}  # packet pts -> its duration, for the frame shown at it
+        # Each packet goes in with its pts, which NVDEC hands to the pictures in presentation
+        # order (it gives the smallest pts waiting to the next picture shown, so the numbers must
+        # be the real times: run BI); a packet without one goes in as -1. Its duration and
+        # corrupt flag wait here for its picture.
+        self.packets: dict[int, tuple[int, bool]] = {}
+        # The decoder reads a packet's bytes after Decode() returns, so each is a copy of our own,
+        # kept a while: the filter reuses its output buffers (run BI: reading them in place lost
+        # every picture after the first).
+        self.kept: collections.deque[np.ndarray] = collections.deque(maxlen=_KEPT_PACKETS)
+        self.in_flight: list[_InFlight] = []
 
     def display_matrix(self, frame: av.VideoFrame) -> tuple[int, ...] | None:
         """The stream's display matrix (NVDEC's pictures carry no side data)."""
         return self.matrix
 
     def _send(self, data: np.ndarray | None, pts: int) -> list:
+        """One packet to the decoder (None: the end of the stream)."""
         packet = self.nvc.PacketData()
         if data is not None:
             packet.bsl_data, packet.bsl, packet.pts = data.ctypes.data, data.size, pts
         return list(self.decoder.Decode(packet))
 
     def decode(self, packet: av.Packet) -> list[Decoded]:
-        """The pictures this packet completes (an empty packet: all that are left). A packet
-        NVDEC refuses raises :class:`av.InvalidDataError`, as libavcodec's would."""
+        """The pictures the packets before this one completed (an empty packet: all that are
+        left). A packet NVDEC refuses raises :class:`av.InvalidDataError`, as libavcodec's would;
+        the pictures already decoded still come out with the next packet."""
         flushing = not packet.size
-        if not flushing and packet.pts is not None:
-            self.durations[packet.pts] = packet.duration or 0
-        pts = packet.pts if packet.pts is not None else -1
+        pts = packet.pts if packet.pts is not None else _NO_PTS  # read first: the filter takes the packet
+        if not flushing:
+            self.packets[pts] = (packet.duration or 0, packet.is_corrupt)
         try:
             filtered = self.filter.filter(None if flushing else packet) if self.filter else \
                 ([] if flushing else [packet])
             surfaces = []
             for part in filtered:
-                data = np.frombuffer(part, np.uint8)
-                surfaces += self._send(data, part.pts if part.pts is not None else pts)
+                self.kept.append(np.frombuffer(bytes(part), np.uint8))
+                surfaces += self._send(self.kept[-1], pts)
             if flushing:
                 surfaces += self._send(None, 0)
-            return self._download(surfaces)
+            self._queue_copies(surfaces)
         except av.InvalidDataError:
             raise
         except Exception as exc:  # NVDEC's own errors: handled as a packet that did not decode
             raise av.InvalidDataError(0, f"NVDEC: {error_line(exc)}") from exc
+        return self._finished(len(self.in_flight) if flushing else len(self.in_flight) - 1)
 
-    def _download(self, surfaces: list) -> list[Decoded]:
-        """Each picture's planes converted on the GPU and copied into pinned memory; the copies
-        are waited for once per packet, before the surfaces go back to the decoder."""
+    def _queue_copies(self, surfaces: list) -> None:
+        """Pack each surface on the decoder's stream and queue its copy to pinned memory; return
+        once the surfaces have been read, so the decoder may reuse them."""
         if not surfaces:
-            return []
-        staged = []
+            return
+        pictures = []
         with torch.cuda.stream(self.stream):
             for surface in surfaces:
                 planes = nv12_to_planes(torch.from_dlpack(surface), self.like.height, self.like.width)
-                host = torch.empty(planes.shape, dtype=planes.dtype, pin_memory=True)
+                pictures.append((surface.getPTS(), planes, torch.empty(planes.shape, dtype=planes.dtype,
+                                                                        pin_memory=True)))
+            packed = self.stream.record_event()
+            for _, planes, host in pictures:
                 host.copy_(planes, non_blocking=True)
-                staged.append((surface.getPTS(), host))
-        self.stream.synchronize()
+            self.in_flight.append(_InFlight(pictures, self.stream.record_event()))
+        packed.synchronize()
+
+    def _finished(self, count: int) -> list[Decoded]:
+        """The oldest ``count`` packets' pictures, once their copies are done, as the encoder's frames."""
         decoded = []
-        for pts, host in staged:
-            frame = packed_to_frame(host.numpy(), self.like)  # with the template's colour tags
-            frame.pts, frame.time_base = pts, self.time_base
-            frame.duration = self.durations.pop(pts, 0)
-            decoded.append(Decoded(frame, host))
+        for done in self.in_flight[: max(count, 0)]:
+            done.copied.synchronize()
+            for pts, planes, host in done.pictures:
+                frame = packed_to_frame(host.numpy(), self.like)  # with the template's colour tags
+                duration, damaged = self.packets.pop(pts, (0, False))
+                frame.pts = None if pts == _NO_PTS else pts
+                frame.time_base, frame.duration = self.time_base, duration
+                decoded.append(Decoded(frame, planes, damaged))
+        del self.in_flight[: max(count, 0)]
         return decoded

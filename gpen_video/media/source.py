@@ -42,8 +42,9 @@ class FrameBuffers:
     """A picture's copies beside its decoded frame, with one lifecycle, each step taken by one stage:
 
     - ``decoded``: none yet;
-    - ``staged``: its planes packed into one pinned host buffer by the decode thread, for a GPU
-      worker's single asynchronous upload (worker.device.stage_planes);
+    - ``staged``: its planes packed into one buffer for a GPU worker's single asynchronous copy:
+      pinned host memory filled by the decode thread (worker.device.stage_planes), or GPU memory
+      filled by NVDEC's decoder;
     - ``uploaded``: taken by the worker that detects it;
     - ``kept``: its planes (h, w) and upright RGB (3, H, W, uint8 whole levels) kept on that
       worker's device until restoration, so it crosses to the device and converts to RGB once;
@@ -66,7 +67,7 @@ class FrameBuffers:
         self._host = host
 
     def take_staged(self) -> torch.Tensor | None:
-        """The staged host buffer for an upload, or None (never staged, or kept and let go)."""
+        """The staged buffer for an upload, or None (never staged, or kept and let go)."""
         if self.state in ("decoded", "staged"):
             self.state = "uploaded"
         host, self._host = self._host, None
@@ -252,11 +253,22 @@ def _declared_end(container: av.container.InputContainer, video: av.video.stream
     return None
 
 
+@dataclass(frozen=True)
+class SeekPoint:
+    """A key frame to start decoding at, part-way through a video: its packet's pts, and its
+    index among the video's frames in presentation order."""
+
+    pts: int
+    index: int
+
+
 def demux(container: av.container.InputContainer, copy_streams: set[int], allow_truncated: bool = False,
-          report: DecodeReport | None = None, decoding: DecoderChoice = CPU_DECODING
+          report: DecodeReport | None = None, decoding: DecoderChoice = CPU_DECODING, start: SeekPoint | None = None
           ) -> Iterator[SourceFrame | av.Packet]:
     """Decoded video frames of the first video stream, and the packets of ``copy_streams``, in file
     order; ``decoding`` says which decoder (NVDEC's frames come with their planes already staged).
+    From ``start`` (a key frame), the frames come from there on, numbered as in the whole video;
+    frames shown before it (leading pictures, which need the frames before) are left out.
 
     Every frame must have the first one's size: a stream that changes size part-way is refused at
     the first frame that differs. A video that ends well before the container says it does (a
@@ -277,7 +289,10 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
     last: SourceFrame | None = None
     failures = 0  # packets that failed to decode and have no stand-in yet
     stood_in: int | None = None  # the latest time a stand-in was shown at
-    index = 0
+    index = 0 if start is None else start.index
+    if start is not None:
+        container.seek(start.pts, stream=video, backward=True, any_frame=False)
+    reached = start is None  # the seek lands on the key frame at ``start`` or one before it
 
     def stand_ins(before: int | None) -> Iterator[SourceFrame]:
         """The previous frame again for each expected time before ``before`` (None: all left)."""
@@ -304,14 +319,25 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
             continue
         if packet.is_corrupt and packet.size and packet.pos + packet.size >= file_size:
             continue  # cut off by the end of the file: a frame threaded decoder would lose one before it too
-        if packet.pts is not None and not packet.is_discard:
+        if not reached:
+            assert start is not None
+            reached = packet.is_keyframe and packet.pts == start.pts
+            if not reached and packet.pts is not None and packet.pts > start.pts:
+                raise InputError(f"{container.name}: no key frame at pts {start.pts} to start decoding at")
+            if not reached:
+                continue
+        if packet.pts is not None and not packet.is_discard and (start is None or packet.pts >= start.pts):
             bisect.insort(expected, packet.pts)
         try:
             decoded = decoder.decode(packet)
         except av.InvalidDataError:
             failures += 1  # the frame it would have given is stood in for below
             continue
-        for frame, staged in decoded:
+        for frame, staged, damaged in decoded:
+            if start is not None and frame.pts is not None and frame.pts < start.pts:
+                if expected and expected[0] == frame.pts:
+                    expected.pop(0)
+                continue  # a leading picture: its references lie before the key frame
             if frame.pts is not None:
                 if stood_in is not None and frame.pts <= stood_in:
                     continue  # decoded late after damage: a stand-in already showed its time
@@ -328,7 +354,7 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
                 orientation = Orientation.of_matrix(decoder.display_matrix(frame))
             planar = as_planar_yuv(frame)
             last = SourceFrame(index, planar, PlaneLayout.of(planar, orientation),
-                               damage="corrupt" if frame.is_corrupt else "")
+                               damage="corrupt" if frame.is_corrupt or damaged else "")
             if staged is not None:
                 last.buffers.stage(staged)
             if frame.time is not None:

@@ -116,7 +116,8 @@ class DeviceWorker:
 
     def _upload(self, frames: Sequence[SourceFrame]) -> list[torch.Tensor]:
         """The frames' planes on the device, (N, h, w) per plane: from the buffers the decoder
-        staged (staged here if it did not), one asynchronous copy per frame on a GPU."""
+        staged (staged here if it did not), one asynchronous copy per frame on a GPU, from pinned
+        host memory, or from NVDEC's GPU without crossing the host."""
         pinned = self.device.type == "cuda"
         staged = [f.buffers.take_staged() for f in frames]
         staged = [s if s is not None else stage_planes(f.frame, pinned) for s, f in zip(staged, frames)]
@@ -124,6 +125,8 @@ class DeviceWorker:
             batch = torch.empty((len(staged), len(staged[0])), dtype=staged[0].dtype, device=self.device)
             for row, buffer in zip(batch, staged):
                 row.copy_(buffer, non_blocking=True)
+                if buffer.is_cuda:  # made on the decoder's stream: not to be reused before this copy
+                    buffer.record_stream(torch.cuda.current_stream(self.device))
         else:
             batch = torch.stack(staged)
         return unpack_planes(batch, frames[0].frame)
