@@ -83,8 +83,11 @@ class FaceRestorer:
 
     @torch.no_grad()
     def _gpen(self, crops: torch.Tensor) -> torch.Tensor:
-        """Restored crops in [0, 255], in fixed-size batches on a GPU (padded), so that a compiled
-        graph is reused and eager convolutions keep the algorithms chosen for that shape.
+        """Restored crops in [0, 255], in fixed-size batches (a short one padded): on a GPU a
+        compiled graph is then reused and eager convolutions keep the algorithms chosen for that
+        shape; on any device a face comes out the same whatever faces share its batch (oneDNN's
+        and cuDNN's sums change in the last bit with the batch size, not with the other faces),
+        so a video restored in segments (``--resume``, a cluster) gives a whole run's frames.
 
         On CUDA out-of-memory the batch is halved for good and the same faces are run again: no
         face is dropped or repeated.
@@ -96,8 +99,7 @@ class FaceRestorer:
             batch = self.face_batch
             chunk = crops[start : start + batch]
             n = len(chunk)
-            if self.device.type == "cuda":
-                chunk = padded(chunk, batch)
+            chunk = padded(chunk, batch)
             try:
                 y = self.model(chunk / 127.5 - 1.0)[:n]  # official normalisation: (x/255 - 0.5) / 0.5
             except torch.cuda.OutOfMemoryError:
