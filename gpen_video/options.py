@@ -239,7 +239,8 @@ class JobOptions(_Checked):
     resume: bool = option(False, "encode in segments kept beside OUTPUT; after a crash, the same command with "
                                  "--resume continues from the last complete segment", "output")
     segment_frames: int = option(SEGMENT_FRAMES, f"frames per --resume segment (default {SEGMENT_FRAMES}: the most "
-                                                 f"work a crash can lose)", "output",
+                                                 f"work a crash can lose), and per unit of a long video split "
+                                                 f"across a --ray cluster", "output",
                                  check=_at_least(1, "a positive number of frames"))
     tracks_out: Path | None = option(None, "write the faces found and used per frame as JSON (with many inputs: "
                                            "a folder, one OUTPUT-name.json each)", "output")

@@ -111,3 +111,50 @@ def test_ray_options_are_checked_before_any_work(small_gpen, inputs, tmp_path):
     lonely = _cli(small_gpen, inputs, tmp_path / "out", "--ray-actors", "2")
     assert lonely.returncode == 1 and bad.stderr.count("\n") == 1 and "--ray-actors needs --ray" in lonely.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def long_input(small_gpen, tmp_path_factory) -> tuple[Path, Path]:
+    """A clip of three 30-frame segments (key frames every 30 frames: the last segment's decoding
+    starts part-way), and its restoration in one process on this machine."""
+    folder = tmp_path_factory.mktemp("long") / "in"
+    folder.mkdir()
+    (folder / "event.mp4").write_bytes(shared_file(CLIPS["event.mp4"]).read_bytes())
+    out = tmp_path_factory.mktemp("long-alone")
+    run = _cli(small_gpen, folder, out)
+    assert run.returncode == 0, run.stderr
+    return folder, out
+
+
+def test_a_long_clip_is_split_into_segments_across_actors_and_comes_out_the_same(small_gpen, long_input, tmp_path):
+    folder, alone = long_input
+    out = tmp_path / "out"
+    run = _cli(small_gpen, folder, out, "--ray", "local", "--ray-actors", "2", "--segment-frames", "30")
+    assert run.returncode == 0, run.stderr
+    _assert_same_outputs(alone, out)
+
+
+def test_a_killed_driver_resumes_from_the_finished_segments_and_comes_out_the_same(small_gpen, long_input, tmp_path):
+    folder, alone = long_input
+    out = tmp_path / "out"
+    work = out / ".event.mkv.gpen-work"
+    command = [sys.executable, "-m", "gpen_video.cli", folder, out, "--ray", "local", "--ray-actors", "1",
+               "--segment-frames", "30", "--resume", "--device", "cpu", "--weights", small_gpen, "--detector",
+               "retinaface-mobile", "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth"),
+               "--batch-size", "4", "--codec", "ffv1", "--name", "{stem}.mkv", "--quiet"]
+    driver = subprocess.Popen(list(map(str, command)), env=ONE_THREAD, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list(work.glob("segment-*.bin")):
+        assert driver.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(driver.pid, 9)  # the driver, and the local Ray cluster it started
+    driver.wait()
+    finished = len(list(work.glob("segment-*.bin")))
+    assert 1 <= finished < 3 and not (out / "event.mkv").exists()
+
+    resumed = subprocess.run(list(map(str, command)), check=False, capture_output=True, text=True, timeout=600,
+                             env=ONE_THREAD)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not work.exists()
+    _assert_same_outputs(alone, out)

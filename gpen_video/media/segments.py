@@ -10,15 +10,17 @@ stream. A segment file holds its packets' timestamps, flags and bytes, nothing e
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import av
 
-from .source import SourceFrame, open_input
+from .source import SeekPoint, SourceFrame, open_input, video_stream
 from .writer import OutputError, VideoWriter
 
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size
@@ -58,6 +60,10 @@ class SegmentStore:
             count += 1
         return count
 
+    def finished(self) -> set[int]:
+        """Every finished segment (segments done apart, on a cluster, finish in any order)."""
+        return {int(p.stem.removeprefix("segment-")) for p in self.directory.glob("segment-*.bin")}
+
     def save(self, index: int, packets: list[av.Packet]) -> None:
         chunks = []
         for p in packets:
@@ -85,6 +91,48 @@ class SegmentStore:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class SegmentUnit:
+    """One segment of a long video as a unit of work of its own: frames ``start`` to ``stop``
+    (presentation order) encoded as segment ``segment``, decoded from ``seek`` (a key frame at
+    least the tracker's context before ``start``; None: from the beginning), so that tracks and
+    smoothing reach ``start`` as in a run over the whole video."""
+
+    segment: int
+    start: int
+    stop: int
+    seek: SeekPoint | None
+
+
+def plan_segments(path: Path, segment_frames: int, context: int) -> list[SegmentUnit] | None:
+    """The video's ``segment_frames`` segments as units, each decoded from the last key frame at
+    least ``context`` frames before it; None when it has no more than one segment, or its frames
+    cannot be counted exactly from its packets (a packet without a time, or damaged), which
+    splitting needs. Reads the packets only, without decoding."""
+    with open_input(path) as container:
+        video = video_stream(container)
+        times, keys = [], []
+        for packet in container.demux(video):
+            if not packet.size or packet.is_discard:
+                continue
+            if packet.pts is None or packet.is_corrupt:
+                return None
+            times.append(packet.pts)
+            if packet.is_keyframe:
+                keys.append(packet.pts)
+    order = sorted(times)
+    if len(order) <= segment_frames or len(set(order)) != len(order):
+        return None
+    index = {pts: i for i, pts in enumerate(order)}
+    key_indices = sorted(index[pts] for pts in keys)
+    units = []
+    for segment, start in enumerate(range(0, len(order), segment_frames)):
+        before = bisect.bisect_right(key_indices, start - context)  # key frames at or before start - context
+        seek = SeekPoint(order[key_indices[before - 1]], key_indices[before - 1]) if start and before else None
+        units.append(SegmentUnit(segment, start, min(start + segment_frames, len(order)), seek))
+    return units
+
+
 def _write_atomically(path: Path, data: bytes) -> None:
     """A file that exists whole or not at all, even after a power cut or ``kill -9``."""
     tmp = path.with_name(path.name + ".tmp")
@@ -97,14 +145,19 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 class SegmentedWriter:
     """Takes the pipeline's frames like a :class:`VideoWriter`, from frame ``first_frame`` on,
-    encoding them segment by segment; :meth:`close` assembles OUTPUT through ``writer``."""
+    encoding them segment by segment; :meth:`close` assembles OUTPUT through ``writer``.
 
-    def __init__(self, writer: VideoWriter, store: SegmentStore, source: Path, segment_frames: int) -> None:
+    With ``unit``, it encodes that one segment only, for a cluster's driver to assemble
+    (:func:`assemble`): ``writer`` then only configures the encoder, and its file is thrown away."""
+
+    def __init__(self, writer: VideoWriter, store: SegmentStore, source: Path, segment_frames: int,
+                 unit: int | None = None) -> None:
         self.writer = writer
         self.store = store
         self.source = source
         self.segment_frames = segment_frames
-        self.segment = store.complete()
+        self.unit = unit
+        self.segment = store.complete() if unit is None else unit
         self.first_frame = self.segment * segment_frames
         self.warnings = writer.warnings
         self.output = writer.output
@@ -135,42 +188,49 @@ class SegmentedWriter:
         self._encoder, self._packets, self._frames = None, [], 0
 
     def close(self) -> None:
-        """Save the last segment, assemble OUTPUT from all of them, and drop the work directory."""
+        """Save the last segment, assemble OUTPUT from all of them, and drop the work directory
+        (a unit: save its segment, and leave the rest to the driver)."""
         if self._frames:
             self._finish_segment()
+        if self.unit is not None:
+            self.writer.abort()
+            return
         try:
-            self._assemble()
+            with open_input(self.source) as source:
+                assemble(self.writer, self.store, source, self.segment)
         except BaseException:
             self.writer.abort()
             raise
         self.store.remove()
 
-    def _assemble(self) -> None:
-        time_base = self.writer.info.time_base
-        with open_input(self.source) as source:
-            streams = [s for s in source.streams if s.index in self.writer.copied_streams]
-            others = (p for p in source.demux(streams) if p.dts is not None) if streams else iter(())
-            waiting = next(others, None)
-            last_dts: int | None = None
-            for index in range(self.segment):
-                for packet in self.store.load(index):
-                    packet.time_base = time_base
-                    if packet.dts is not None:
-                        # A segment's encoder starts its decoding clock afresh; it must still run on.
-                        if last_dts is not None and packet.dts <= last_dts:
-                            packet.dts = last_dts + 1
-                        last_dts = packet.dts
-                        now = float(packet.dts * time_base)
-                        while waiting is not None and float(waiting.dts * waiting.time_base) <= now:
-                            self.writer.write_packet(waiting)
-                            waiting = next(others, None)
-                    self.writer.write_encoded([packet])
-            while waiting is not None:
-                self.writer.write_packet(waiting)
-                waiting = next(others, None)
-            self.writer.close()
-
     def abort(self) -> None:
         """Drop the unfinished segment and the partial OUTPUT; finished segments stay for --resume."""
         self._encoder, self._packets = None, []
         self.writer.abort()
+
+
+def assemble(writer: VideoWriter, store: SegmentStore, source: av.container.InputContainer, segments: int) -> None:
+    """OUTPUT from the first ``segments`` segments and the source's other streams, each packet
+    muxed in time order; ``writer`` is closed (its file moved into place)."""
+    time_base = writer.info.time_base
+    streams = [s for s in source.streams if s.index in writer.copied_streams]
+    others = (p for p in source.demux(streams) if p.dts is not None) if streams else iter(())
+    waiting = next(others, None)
+    last_dts: int | None = None
+    for index in range(segments):
+        for packet in store.load(index):
+            packet.time_base = time_base
+            if packet.dts is not None:
+                # A segment's encoder starts its decoding clock afresh; it must still run on.
+                if last_dts is not None and packet.dts <= last_dts:
+                    packet.dts = last_dts + 1
+                last_dts = packet.dts
+                now = float(packet.dts * time_base)
+                while waiting is not None and float(waiting.dts * waiting.time_base) <= now:
+                    writer.write_packet(waiting)
+                    waiting = next(others, None)
+            writer.write_encoded([packet])
+    while waiting is not None:
+        writer.write_packet(waiting)
+        waiting = next(others, None)
+    writer.close()

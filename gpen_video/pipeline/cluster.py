@@ -1,9 +1,15 @@
 """Many inputs across a Ray cluster (``--ray ADDRESS``): one actor per GPU of the cluster (CPU
 actors where it has none), each holding a warm :class:`~.engine.Engine`, built once; the batch
 hands each file to an idle actor. Ray places the actors, restarts one that dies (a killed process,
-a node that leaves) and runs its file again; the Engine's temporary file and rename mean a file
+a node that leaves) and runs its unit again; the Engine's temporary file and rename mean a file
 cut off that way leaves nothing at its OUTPUT. Inputs and OUTDIR must be on a filesystem every
 node sees; each actor checks that before any work.
+
+A video longer than one ``--segment-frames`` segment is split: each segment is a unit of its own,
+on any idle actor, decoded from a key frame before it (media.segments.plan_segments) and saved in
+the job's work directory beside OUTPUT, as ``--resume`` saves them; the driver then assembles
+OUTPUT with the source's other streams. A driver killed part-way continues, with ``--resume``,
+from the segments already there.
 
 Ray is an optional dependency: ``pip install 'gpen-video[ray]'``.
 """
@@ -13,16 +19,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import shutil
 import socket
 import threading
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import error_line
+from ..faces.track import FaceTracker
+from ..media.images import IMAGE_EXTENSIONS
+from ..media.segments import SegmentUnit, assemble, plan_segments, work_dir_for
+from ..media.source import InputError, open_input, probe
+from ..media.writer import CONTAINERS, VideoWriter
 from ..options import JobOptions, RestoreOptions, UsageError
-from .engine import Engine, FrameCallback, Summary
+from .engine import Engine, FrameCallback, Summary, check_paths, segment_store
 
 RAY_EXTRA = "pip install 'gpen-video[ray]'"
 NAMESPACE = "gpen-video"
@@ -33,8 +47,9 @@ RETRIES = 3
 
 
 class RestoreActor:
-    """One Engine on one node (one GPU, or the CPU), as a Ray actor: restores the files handed to
-    it and says how far the current one is (a second method thread answers while it works)."""
+    """One Engine on one node (one GPU, or the CPU), as a Ray actor: restores the files, and the
+    segments of long ones, handed to it and says how far the current one is (a second method
+    thread answers while it works)."""
 
     def __init__(self, options: RestoreOptions) -> None:
         self.engine = Engine(options, progress=False)
@@ -69,6 +84,18 @@ class RestoreActor:
 
         return self.engine.restore(input, output, job, on_frame=count)
 
+    def restore_segment(self, input: str, output: str, job: JobOptions, unit: SegmentUnit,
+                        planned_frames: int | None) -> Summary:
+        """Restore one segment of a long video into its job's work directory (the driver assembles)."""
+        self.engine.planned_frames = planned_frames
+        self.frames = self.faces = 0
+
+        def count(frames: int, faces: int) -> None:
+            self.frames += frames
+            self.faces += faces
+
+        return self.engine.restore_segment(input, output, job, unit, on_frame=count)
+
     def progress(self) -> tuple[int, int]:
         """Frames written and faces restored of the current file."""
         return self.frames, self.faces
@@ -79,14 +106,14 @@ class ActorLoad:
     """What one actor did, for the closing report."""
 
     where: str
-    files: int = 0
+    units: int = 0  # files, and segments of long ones
     frames: int = 0
     faces: int = 0
     seconds: float = 0.0
 
     def describe(self, name: str) -> str:
         rate = self.faces / self.seconds if self.seconds else 0.0
-        return f"{name} ({self.where}): {self.files} file(s), {self.frames} frames, {rate:.1f} faces/s"
+        return f"{name} ({self.where}): {self.units} unit(s), {self.frames} frames, {rate:.1f} faces/s"
 
 
 def _ray() -> Any:
@@ -124,6 +151,7 @@ class ClusterEngine:
                      "max_concurrency": 2}  # restore() in one thread, progress() in the other
         if not gpus:  # a cluster without GPUs runs its actors on the CPU, whatever this machine has
             options = dataclasses.replace(options, device="cpu", gpus=None)
+        self.options = options  # as the actors have them: the split jobs' work directories are named by them
         run = f"{socket.gethostname()}-{os.getpid()}"
         self.handles = [actor.options(name=f"{run}-{i}", **placement).remote(options) for i in range(count)]
         self.loads = [ActorLoad(where) for where in ray.get([h.where.remote() for h in self.handles])]
@@ -149,7 +177,73 @@ class ClusterEngine:
 
     def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
                 on_frame: FrameCallback | None = None) -> Summary:
-        """Restore ``input`` into ``output`` on the next idle actor; progress comes to ``on_frame``."""
+        """Restore ``input`` into ``output``: on the next idle actor, or split into segments across
+        every idle actor when it is long (see the module's docstring); progress comes to ``on_frame``."""
+        job = job or JobOptions()
+        source = Path(input).resolve()
+        units = self._segments(source, job) if output is not None else None
+        if units is None:
+            target = None if output is None else str(Path(output).resolve())
+            return self._on_actor("restore", (str(source), target, job, self.planned_frames), on_frame)
+        return self._restore_split(source, Path(output).resolve(), job, units, on_frame)
+
+    def _segments(self, input: Path, job: JobOptions) -> list[SegmentUnit] | None:
+        """The units of a video to split (None: restore it whole on one actor). Not split: images,
+        --detect-only and --preview jobs, a job writing --tracks-out (one file of the whole clip's
+        tracks), interlaced video, and the options that need a first pass over the whole clip or a
+        time range."""
+        if job.detect_only or job.preview is not None or job.tracks_out is not None or \
+                input.suffix.lower() in IMAGE_EXTENSIONS:
+            return None
+        if self.options.selects or self.options.time_range is not None:
+            return None
+        try:
+            if probe(input).fields is not None:
+                return None
+        except InputError:  # the actor reports the input's own error, as a single machine does
+            return None
+        context = FaceTracker(smooth=self.options.smooth).context
+        return plan_segments(input, job.segment_frames, context)
+
+    def _restore_split(self, input: Path, output: Path, job: JobOptions, units: list[SegmentUnit],
+                       on_frame: FrameCallback | None) -> Summary:
+        """A long video's segments on the idle actors, then OUTPUT assembled here. The driver holds
+        OUTPUT (its temporary file) from the start, so a wrong path fails before any work."""
+        started = time.perf_counter()
+        check_paths(input, output, job.overwrite, CONTAINERS)
+        info = probe(input)
+        with open_input(input) as container:
+            writer = VideoWriter(output, container, info, self.options, job.overwrite)
+            try:
+                if not job.resume:  # a fresh start: whatever an earlier run left goes
+                    shutil.rmtree(work_dir_for(output), ignore_errors=True)
+                store = segment_store(input, output, job, self.options)
+                done = store.finished()
+                todo = [u for u in units if u.segment not in done]
+                refs: set[Any] = set()  # this file's running units, cancelled if one fails
+                with ThreadPoolExecutor(len(self.handles), thread_name_prefix="segment") as pool:
+                    futures = [pool.submit(self._on_actor, "restore_segment",
+                                           (str(input), str(output), job, unit, self.planned_frames), on_frame, refs)
+                               for unit in todo]
+                    try:
+                        parts = [f.result() for f in futures]
+                    except BaseException:
+                        self._cancel(refs)
+                        raise
+                with open_input(input) as source:
+                    assemble(writer, store, source, len(units))
+            except BaseException:
+                writer.abort()
+                raise
+        store.remove()
+        return Summary(output, sum(p.frames for p in parts), sum(p.faces for p in parts),
+                       sum(p.frames_with_faces for p in parts), time.perf_counter() - started,
+                       warnings=sorted({w for p in parts for w in p.warnings}), damaged=sum(p.damaged for p in parts),
+                       resumed_at=todo[0].start if done and todo else 0, decoder=parts[0].decoder if parts else "")
+
+    def _on_actor(self, method: str, args: tuple, on_frame: FrameCallback | None,
+                  refs: set[Any] | None = None) -> Summary:
+        """``method(*args)`` on the next idle actor, its progress polled into ``on_frame``."""
         ray = _ray()
         if self._interrupted:
             raise KeyboardInterrupt
@@ -157,28 +251,29 @@ class ClusterEngine:
         handle, load = self.handles[slot], self.loads[slot]
         ref = None
         try:
-            ref = handle.restore.remote(str(Path(input).resolve()), str(Path(output).resolve()), job or JobOptions(),
-                                        self.planned_frames)
+            ref = getattr(handle, method).remote(*args)
             with self._lock:
                 self._running.add(ref)
+                if refs is not None:
+                    refs.add(ref)
             seen = (0, 0)
             while not ray.wait([ref], timeout=POLL_SECONDS)[0]:
                 try:
                     now = ray.get(handle.progress.remote(), timeout=POLL_SECONDS)
                 except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
-                    continue  # restarting: its file starts again
+                    continue  # restarting: its unit starts again
                 if on_frame is not None and now[0] > seen[0]:
                     on_frame(now[0] - seen[0], now[1] - seen[1])
                 seen = max(seen, now)
             try:
                 summary = ray.get(ref)
-            except ray.exceptions.RayTaskError as exc:  # the file's own error, as the engine raised it
+            except ray.exceptions.RayTaskError as exc:  # the unit's own error, as the engine raised it
                 raise (exc.cause or exc) from None
             except ray.exceptions.TaskCancelledError:
                 raise KeyboardInterrupt from None
             if on_frame is not None and summary.frames > seen[0]:
                 on_frame(summary.frames - seen[0], max(0, summary.faces - seen[1]))
-            load.files, load.frames = load.files + 1, load.frames + summary.frames
+            load.units, load.frames = load.units + 1, load.frames + summary.frames
             load.faces, load.seconds = load.faces + summary.faces, load.seconds + summary.seconds
             return summary
         finally:
@@ -186,16 +281,19 @@ class ClusterEngine:
                 self._running.discard(ref)
             self._idle.put(slot)
 
-    def interrupt(self) -> None:
-        """Stop every running file (each actor's engine removes its partial output) and any later one."""
+    def _cancel(self, refs: set[Any]) -> None:
         ray = _ray()
-        self._interrupted = True
         with self._lock:
-            for ref in self._running:
+            for ref in refs & self._running:
                 ray.cancel(ref)
 
+    def interrupt(self) -> None:
+        """Stop every running file (each actor's engine removes its partial output) and any later one."""
+        self._interrupted = True
+        self._cancel(set(self._running))
+
     def describe(self) -> str:
-        """One line per actor: where it ran, its files, frames and faces/s."""
+        """One line per actor: where it ran, its units (files and segments), frames and faces/s."""
         return "\n".join(load.describe(f"actor {i}") for i, load in enumerate(self.loads))
 
     def close(self) -> None:

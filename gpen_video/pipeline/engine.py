@@ -26,7 +26,7 @@ from ..faces.tracks_file import TracksWriter
 from ..media.decoders import DecoderChoice, choose_decoder
 from ..media.fields import FieldOrder
 from ..media.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
-from ..media.segments import SegmentedWriter, SegmentStore, work_dir_for
+from ..media.segments import SegmentedWriter, SegmentStore, SegmentUnit, work_dir_for
 from ..media.sheet import PanelCapture, contact_sheet
 from ..media.source import (
     DecodeReport,
@@ -134,6 +134,15 @@ class Summary:
             lines.append(f"stage busy time: {busy}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+
+def segment_store(input: Path, output: Path, job: JobOptions, options: RestoreOptions) -> SegmentStore:
+    """The work directory of the segmented job writing ``output`` (``--resume``, or a long video
+    split across a cluster), tied to the input file and every option that shapes the result."""
+    stat = input.stat()
+    fingerprint = {"input": str(input.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                   "segment_frames": job.segment_frames, "options": options.fingerprint()}
+    return SegmentStore(work_dir_for(output), fingerprint)
 
 
 def check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str] | dict) -> None:
@@ -317,10 +326,7 @@ class Engine:
                     chosen, choice, _ = self._choose(input.name, first_pass, pictures, on_frame)
                 start_frame = 0
                 if job.resume:
-                    stat = input.stat()
-                    fingerprint = {"input": str(input.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                   "segment_frames": job.segment_frames, "options": self.options.fingerprint()}
-                    writer = SegmentedWriter(writer, SegmentStore(work_dir_for(output), fingerprint), input,
+                    writer = SegmentedWriter(writer, segment_store(input, output, job, self.options), input,
                                              job.segment_frames)
                     start_frame = writer.first_frame
             except BaseException:
@@ -335,6 +341,47 @@ class Engine:
         finally:
             container.close()
         summary.resumed_at, summary.truncated, summary.choice = start_frame, report.truncated, choice
+        summary.decoder = decoding.describe()
+        return summary
+
+    def restore_segment(self, input: str | Path, output: str | Path, job: JobOptions, unit: SegmentUnit,
+                        on_frame: FrameCallback | None = None) -> Summary:
+        """One segment of a long video, a unit of a cluster's job: its frames restored and encoded
+        into the work directory beside ``output``, where the driver assembles OUTPUT once every
+        segment is there. Decoding starts at the unit's key frame and runs the tracker's lookahead
+        past its end, so its frames come out as in a run over the whole video."""
+        input, output = Path(input), Path(output)
+        info = self._probe_video(input)
+        decoding = self._decoding(info)
+        pictures = self._pictures(info, self.options.smooth)
+        store = segment_store(input, output, job, self.options)
+        container = open_input(input)
+        report = DecodeReport(info.truncated)
+        try:
+            # The encoder's settings come from a writer of the output's kind, whose file is thrown away.
+            scratch = VideoWriter(store.directory / f"unit-{unit.segment:06d}{output.suffix}", container, info,
+                                  self.options, overwrite=True)
+            writer = SegmentedWriter(scratch, store, input, job.segment_frames, unit=unit.segment)
+            try:
+                workers = self.workers(info.frames)
+            except BaseException:
+                writer.abort()
+                raise
+            tracker = FaceTracker(smooth=pictures.smooth)
+            end = unit.stop + tracker.context  # the frames after the unit that its last frames need
+
+            def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
+                with contextlib.closing(demux(container, streams, self.options.allow_truncated, report, decoding,
+                                              unit.seek)) as items:
+                    for item in items:
+                        if isinstance(item, SourceFrame) and item.index >= end:
+                            return
+                        yield item
+
+            summary = self._run(source, writer, workers, (), on_frame, pictures, unit.start, tracker=tracker,
+                                stop_frame=unit.stop)
+        finally:
+            container.close()
         summary.decoder = decoding.describe()
         return summary
 
@@ -473,11 +520,13 @@ class Engine:
     def _run(self, source: FrameSource, writer: Writer, workers: list[DeviceWorker], logs: tuple[FaceLog, ...],
              on_frame: FrameCallback | None, pictures: Pictures, start_frame: int = 0,
              chosen: frozenset[int] | None = None, restore: bool = True,
-             tracker: FaceTracker | KnownTracks | None = None, ranged: bool = True) -> Summary:
+             tracker: FaceTracker | KnownTracks | None = None, ranged: bool = True,
+             stop_frame: int | None = None) -> Summary:
         """One job through the pipeline, with its progress and ``logs`` (the tracks file, the
         survey of tracks); ``writer`` and ``logs`` are aborted on any failure, so nothing is left
         at OUTPUT. ``tracker`` defaults to a new one with the pictures' smoothing; the options'
-        time range applies where ``ranged``."""
+        time range applies where ``ranged``. Frames from ``start_frame`` up to ``stop_frame``
+        (None: the end) are written."""
         lowered = [w.out_of_memory for w in workers]
         frames = pictures.frames
         try:
@@ -505,7 +554,7 @@ class Engine:
             running = Job(source, writer, self._pool, tracker, batch_frames, pictures.height, pictures.width,
                           logs=logs, on_frame=count, start_frame=start_frame, fields=pictures.fields,
                           fps=pictures.fps, span=span, chosen=chosen, restore=restore,
-                          whole_tracks=self.options.selects)
+                          whole_tracks=self.options.selects, stop_frame=stop_frame)
             with self._jobs_lock:
                 if self._interrupted:
                     raise KeyboardInterrupt

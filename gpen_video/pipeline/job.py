@@ -202,7 +202,8 @@ class Job:
                  batch_frames: int, height: int, width: int, logs: tuple[FaceLog, ...] = (),
                  on_frame: Callable[[int, int], None] | None = None, start_frame: int = 0,
                  fields: FieldOrder | None = None, fps: float = 25.0, span: TimeRange | None = None,
-                 chosen: frozenset[int] | None = None, restore: bool = True, whole_tracks: bool = False) -> None:
+                 chosen: frozenset[int] | None = None, restore: bool = True, whole_tracks: bool = False,
+                 stop_frame: int | None = None) -> None:
         self.source = source
         self.serial = next(_SERIALS)  # tells this job's work from other jobs' on the workers
         self.span = span
@@ -233,7 +234,10 @@ class Job:
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
         self.start_frame = start_frame * self.pictures_per_frame
         self.first_tracked = 0 if whole_tracks else max(0, self.start_frame - tracker.context)
-        self.frames_decoded = 0
+        # A segment of the video (one unit of a cluster's work) encodes up to ``stop_frame``; the
+        # frames after it are tracked, as lookahead, and let go.
+        self.stop_frame = None if stop_frame is None else stop_frame * self.pictures_per_frame
+        self.pictures_end = 0  # the index after the latest picture decoded
         # GPU workers upload from pinned buffers; the decode thread fills them, off the workers' thread.
         self.stage_for_gpu = any(w.device.type == "cuda" for w in pool.workers)
         # Stage threads running, counted by the stages themselves: an interrupted Thread.join()
@@ -273,6 +277,10 @@ class Job:
                 return q.get(timeout=_POLL)
             except queue.Empty:
                 continue
+
+    def _encodes(self, index: int) -> bool:
+        """Whether the picture at ``index`` is before the segment's end (always, for a whole video)."""
+        return self.stop_frame is None or index < self.stop_frame
 
     def _acquire_slot(self) -> None:
         while not self.slots.acquire(timeout=_POLL):
@@ -322,7 +330,7 @@ class Job:
             pictures = [item] if self.fields is None else split_fields(item, self.fields, self.field_time)
             self.clock.add("decode", time.perf_counter() - t0)
             for picture in pictures:
-                self.frames_decoded += 1
+                self.pictures_end = picture.index + 1
                 if self.origin is None:
                     self.origin = frame_time(picture)
                 if picture.index < self.first_tracked:
@@ -352,7 +360,7 @@ class Job:
             self.pool.submit(self, DetectBatch(batch))
         if passing:
             self.detected_batches.put(Passed(passing))
-        self.detected_batches.put(DecodingDone(self.frames_decoded))
+        self.detected_batches.put(DecodingDone(self.pictures_end))
 
     def _track(self) -> None:
         """Puts detection batches back in order and tracks frame by frame."""
@@ -369,7 +377,7 @@ class Job:
             nonlocal batch
             for tracked in done:
                 source = sources.pop(tracked.index)
-                if tracked.index < self.start_frame:  # context for a resumed job, encoded before
+                if tracked.index < self.start_frame or not self._encodes(tracked.index):  # context
                     source.buffers.release()
                     self.slots.release()
                     continue
@@ -432,7 +440,7 @@ class Job:
         emit(self.tracker.flush())
         if batch:
             send(batch)
-        self.to_encode.put(TrackingDone(next_index))
+        self.to_encode.put(TrackingDone(next_index if self.stop_frame is None else min(next_index, self.stop_frame)))
 
     def _encode(self) -> None:
         pending: dict[int, ToEncode] = {}  # by picture index

@@ -86,7 +86,8 @@ class Passed:
 
 @dataclass
 class DecodingDone:
-    """The decoder's last word: how many pictures it decoded (fields of interlaced video count)."""
+    """The decoder's last word: the index after its last picture (fields of interlaced video
+    count), which is how many it decoded unless it started part-way (a segment of the video)."""
 
     pictures: int
 
