@@ -61,6 +61,14 @@ def test_batch_bench_smoke(tmp_path, golden):
     assert numbers["separate_over_batch"] == round(numbers["separate_mean_s"] * 3 / numbers["batch_s"], 2)
 
 
+def test_ray_bench_smoke(tmp_path, golden):
+    pytest.importorskip("ray", reason="needs Ray (pip install 'gpen-video[ray]')")
+    numbers = _smoke("ray_bench.py", tmp_path, golden)
+    for name in ("clips", "long"):
+        assert numbers[f"{name}_plain_s"] > 0 and numbers[f"{name}_ray_s"] > 0
+        assert numbers[f"{name}_ray_over_plain"] == round(numbers[f"{name}_ray_s"] / numbers[f"{name}_plain_s"], 3)
+
+
 def test_controls_bench_smoke(tmp_path, golden):
     numbers = _smoke("controls_bench.py", tmp_path, golden)
     assert all(numbers[k] > 0 for k in ("render_s", "largest_s", "tracks_s", "detect_only_s", "preview_s",
