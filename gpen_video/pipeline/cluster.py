@@ -33,7 +33,7 @@ from ..errors import error_line
 from ..faces.track import FaceTracker
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.segments import SegmentUnit, assemble, plan_segments, work_dir_for
-from ..media.source import InputError, open_input, probe
+from ..media.source import InputError, VideoInfo, open_input, probe
 from ..media.writer import CONTAINERS, VideoWriter
 from ..options import JobOptions, RestoreOptions, UsageError
 from .engine import Engine, FrameCallback, Summary, check_paths, segment_store
@@ -73,8 +73,9 @@ class RestoreActor:
             return f"{socket.gethostname()} cannot write {output_dir} ({exc.strerror or exc})"
         return ""
 
-    def restore(self, input: str, output: str, job: JobOptions, planned_frames: int | None) -> Summary:
-        """Restore one file; ``planned_frames``, the batch's frames, is what ``--compile auto`` decides on."""
+    def _begin(self, planned_frames: int | None) -> FrameCallback:
+        """A new unit: ``planned_frames``, the batch's frames, is what ``--compile auto`` decides
+        on; the callback counts the unit's progress for :meth:`progress`."""
         self.engine.planned_frames = planned_frames
         self.frames = self.faces = 0
 
@@ -82,19 +83,16 @@ class RestoreActor:
             self.frames += frames
             self.faces += faces
 
-        return self.engine.restore(input, output, job, on_frame=count)
+        return count
+
+    def restore(self, input: str, output: str, job: JobOptions, planned_frames: int | None) -> Summary:
+        """Restore one file."""
+        return self.engine.restore(input, output, job, on_frame=self._begin(planned_frames))
 
     def restore_segment(self, input: str, output: str, job: JobOptions, unit: SegmentUnit,
                         planned_frames: int | None) -> Summary:
         """Restore one segment of a long video into its job's work directory (the driver assembles)."""
-        self.engine.planned_frames = planned_frames
-        self.frames = self.faces = 0
-
-        def count(frames: int, faces: int) -> None:
-            self.frames += frames
-            self.faces += faces
-
-        return self.engine.restore_segment(input, output, job, unit, on_frame=count)
+        return self.engine.restore_segment(input, output, job, unit, on_frame=self._begin(planned_frames))
 
     def progress(self) -> tuple[int, int]:
         """Frames written and faces restored of the current file."""
@@ -181,37 +179,37 @@ class ClusterEngine:
         every idle actor when it is long (see the module's docstring); progress comes to ``on_frame``."""
         job = job or JobOptions()
         source = Path(input).resolve()
-        units = self._segments(source, job) if output is not None else None
-        if units is None:
+        split = self._segments(source, job) if output is not None else None
+        if split is None:
             target = None if output is None else str(Path(output).resolve())
             return self._on_actor("restore", (str(source), target, job, self.planned_frames), on_frame)
-        return self._restore_split(source, Path(output).resolve(), job, units, on_frame)
+        return self._restore_split(source, Path(output).resolve(), job, *split, on_frame)
 
-    def _segments(self, input: Path, job: JobOptions) -> list[SegmentUnit] | None:
-        """The units of a video to split (None: restore it whole on one actor). Not split: images,
-        --detect-only and --preview jobs, a job writing --tracks-out (one file of the whole clip's
-        tracks), interlaced video, and the options that need a first pass over the whole clip or a
-        time range."""
+    def _segments(self, input: Path, job: JobOptions) -> tuple[VideoInfo, list[SegmentUnit]] | None:
+        """The video's probe and its units, for a video to split (None: restore it whole on one
+        actor). Not split: images, --detect-only and --preview jobs, a job writing --tracks-out (one
+        file of the whole clip's tracks), interlaced video, and the options that need a first pass
+        over the whole clip or a time range."""
         if job.detect_only or job.preview is not None or job.tracks_out is not None or \
                 input.suffix.lower() in IMAGE_EXTENSIONS:
             return None
         if self.options.selects or self.options.time_range is not None:
             return None
         try:
-            if probe(input).fields is not None:
-                return None
+            info = probe(input)
         except InputError:  # the actor reports the input's own error, as a single machine does
             return None
-        context = FaceTracker(smooth=self.options.smooth).context
-        return plan_segments(input, job.segment_frames, context)
+        if info.fields is not None:
+            return None
+        units = plan_segments(input, job.segment_frames, FaceTracker(smooth=self.options.smooth).context)
+        return None if units is None else (info, units)
 
-    def _restore_split(self, input: Path, output: Path, job: JobOptions, units: list[SegmentUnit],
+    def _restore_split(self, input: Path, output: Path, job: JobOptions, info: VideoInfo, units: list[SegmentUnit],
                        on_frame: FrameCallback | None) -> Summary:
         """A long video's segments on the idle actors, then OUTPUT assembled here. The driver holds
         OUTPUT (its temporary file) from the start, so a wrong path fails before any work."""
         started = time.perf_counter()
         check_paths(input, output, job.overwrite, CONTAINERS)
-        info = probe(input)
         with open_input(input) as container:
             writer = VideoWriter(output, container, info, self.options, job.overwrite)
             try:
@@ -290,7 +288,7 @@ class ClusterEngine:
     def interrupt(self) -> None:
         """Stop every running file (each actor's engine removes its partial output) and any later one."""
         self._interrupted = True
-        self._cancel(set(self._running))
+        self._cancel(self._running)
 
     def describe(self) -> str:
         """One line per actor: where it ran, its units (files and segments), frames and faces/s."""

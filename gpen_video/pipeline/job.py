@@ -279,8 +279,9 @@ class Job:
                 continue
 
     def _encodes(self, index: int) -> bool:
-        """Whether the picture at ``index`` is before the segment's end (always, for a whole video)."""
-        return self.stop_frame is None or index < self.stop_frame
+        """Whether the picture at ``index`` is written: from ``start_frame`` (the ones before are a
+        resumed job's context) up to the segment's end (a whole video's last)."""
+        return self.start_frame <= index and (self.stop_frame is None or index < self.stop_frame)
 
     def _acquire_slot(self) -> None:
         while not self.slots.acquire(timeout=_POLL):
@@ -377,7 +378,7 @@ class Job:
             nonlocal batch
             for tracked in done:
                 source = sources.pop(tracked.index)
-                if tracked.index < self.start_frame or not self._encodes(tracked.index):  # context
+                if not self._encodes(tracked.index):  # tracked only, as context for the frames written
                     source.buffers.release()
                     self.slots.release()
                     continue
