@@ -145,7 +145,7 @@ def main() -> None:
             rows[f"{name}_transcode_fps"] = round(transcode, 1)
             for decoder in decoders:
                 row = render(clip, tmp_path / "o.mp4", decoder, {**options, "preset": preset})
-                row["over_transcode"] = round(row["fps"] / transcode, 3)
+                row["over_transcode"] = round(row["fps"] / rows[f"{name}_transcode_fps"], 3)
                 rows[f"{name}_{decoder}"] = row
                 print(f"{name}, {decoder}: {row}", flush=True)
     if gpu and args.weights:
