@@ -121,5 +121,5 @@ def test_the_readme_lists_every_flag():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     rows = {line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| `--")}
     flags = {f for action in cli.build_parser()._actions for f in action.option_strings if f.startswith("--")}
-    missing = [f for f in sorted(flags - {"--help"}) if not any(row.startswith(f"`{f}") for row in rows)]
+    missing = [f for f in sorted(flags - {"--help"}) if not any(row.startswith((f"`{f}`", f"`{f} ")) for row in rows)]
     assert missing == []
