@@ -130,6 +130,10 @@ class RestoreOptions(_Checked):
                                   "(3500 on the first run)", "devices", choices=("auto", "on", "off"))
     workers_per_device: int = option(1, "workers (model replicas) per device; more can keep one GPU busier",
                                      "devices", check=_at_least(1, "a positive integer"))
+    worker: str = option("thread", "where each worker runs: thread, in this process; process, in a process of "
+                                   "its own (one per GPU), its frames passed through shared memory, so that the "
+                                   "workers' Python shares no interpreter lock with the other workers, the decoder "
+                                   "and the encoder (decodes on the CPU)", "devices", choices=("thread", "process"))
     model: str = option(DEFAULT_MODEL, "official GPEN checkpoint", "model", choices=OFFICIAL_MODELS)
     weights: Path | None = option(None, "a GPEN checkpoint file to use instead (never downloads)", "model")
     detector: str = option(DEFAULT_DETECTOR, "face detector", "faces", choices=DETECTORS)
@@ -187,6 +191,9 @@ class RestoreOptions(_Checked):
         super().__post_init__()
         if self.tracks is not None and self.faces != "all":
             raise UsageError(f"--tracks and --faces {self.faces} both choose faces; give one")
+        if self.worker == "process" and self.decoder == "nvdec":
+            raise UsageError("--decoder nvdec needs --worker thread: NVDEC's pictures stay in this process's GPU "
+                             "memory")
         if self.end is not None and self.end <= (self.start or 0.0):
             raise UsageError(f"--end {self.end:g} must come after --start {self.start or 0.0:g}")
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -44,7 +45,8 @@ class FrameBuffers:
     - ``decoded``: none yet;
     - ``staged``: its planes packed into one buffer for a GPU worker's single asynchronous copy:
       pinned host memory filled by the decode thread (worker.device.stage_planes), or GPU memory
-      filled by NVDEC's decoder;
+      filled by NVDEC's decoder; or a slot of shared memory that worker processes read where it
+      lies, and that stays staged until the frame is released (worker.shared.SharedFrames);
     - ``uploaded``: taken by the worker that detects it;
     - ``kept``: its planes (h, w) and upright RGB (3, H, W, uint8 whole levels) kept on that
       worker's device until restoration, so it crosses to the device and converts to RGB once;
@@ -56,15 +58,26 @@ class FrameBuffers:
         self.state = "decoded"
         self._host: torch.Tensor | None = None
         self._kept: tuple[list[torch.Tensor], torch.Tensor] | None = None
+        self._give_back: weakref.finalize | None = None
 
     def _step(self, allowed: tuple[str, ...], to: str) -> None:
         if self.state not in allowed:
             raise RuntimeError(f"frame buffers: cannot go from {self.state} to {to}")
         self.state = to
 
-    def stage(self, host: torch.Tensor) -> None:
+    def stage(self, host: torch.Tensor, give_back: Callable[[], None] | None = None) -> None:
+        """Staged in ``host``; ``give_back`` returns it to its owner on release (or when this
+        picture is dropped unreleased: a shared slot outlives no frame)."""
         self._step(("decoded",), "staged")
         self._host = host
+        if give_back is not None:
+            self._give_back = weakref.finalize(self, give_back)
+
+    @property
+    def staged(self) -> torch.Tensor | None:
+        """The staged buffer, left staged: a worker process reads it, and writes the restored
+        planes back, where it lies."""
+        return self._host if self.state == "staged" else None
 
     def take_staged(self) -> torch.Tensor | None:
         """The staged buffer for an upload, or None (never staged, or kept and let go)."""
@@ -89,9 +102,11 @@ class FrameBuffers:
         return kept
 
     def release(self) -> None:
-        """Nothing of this picture will be restored: its buffers go."""
+        """Nothing more of this picture will be restored: its buffers go."""
         self._host = self._kept = None
         self.state = "released"
+        if self._give_back is not None:
+            self._give_back()
 
 
 @dataclass(frozen=True)

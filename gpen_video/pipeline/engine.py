@@ -14,12 +14,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import av
 from tqdm import tqdm
 
+from ..faces.detect import detector_weights
 from ..faces.select import KnownTracks, TrackSurvey, describe_tracks
 from ..faces.track import FaceTracker
 from ..faces.tracks_file import TracksWriter
@@ -43,6 +44,8 @@ from ..media.writer import CONTAINERS, VideoWriter
 from ..model.weights import load_gpen_weights
 from ..options import JobOptions, RestoreOptions, UsageError
 from ..worker.device import DeviceWorker
+from ..worker.messages import Worker
+from ..worker.process import process_workers
 from ..worker.restorer import compile_cache
 from .job import FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
 from .scheduler import WorkerPool
@@ -194,7 +197,7 @@ class Engine:
         warm = cache.is_dir() and any(cache.iterdir())
         return frames is None or frames >= COMPILE_FROM_FRAMES["warm" if warm else "cold"]
 
-    def workers(self, frames: int | None, restoring: bool = True) -> list[DeviceWorker]:
+    def workers(self, frames: int | None, restoring: bool = True) -> list[Worker]:
         """The workers, built on first use (compiled for the planned work, else the first job's
         ``frames``), then the same for every job. A job that restores has GPEN loaded into them
         (its weights downloaded on first use); one that only finds faces does not."""
@@ -202,18 +205,26 @@ class Engine:
             if self._pool is None:
                 start = time.perf_counter()
                 compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
-                self._pool = WorkerPool([DeviceWorker(self.options, device, compiled) for device in self.devices])
+                self._pool = WorkerPool(self._new_workers(compiled))
                 self._startup["workers"] = time.perf_counter() - start
             workers = self._pool.workers
-            if restoring and any(w.restorer is None for w in workers):
+            if restoring and not all(w.restores for w in workers):
                 start = time.perf_counter()
                 state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
                 loaded = time.perf_counter()
-                for worker in workers:
-                    worker.load_restorer(state_dict)
+                for loading in [worker.load_restorer(state_dict) for worker in workers]:
+                    loading.result()
                 label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
                 self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
         return workers
+
+    def _new_workers(self, compiled: bool) -> list[Worker]:
+        """A worker per device entry, in this process's threads or in processes of their own."""
+        if self.options.worker == "thread":
+            return [DeviceWorker(self.options, device, compiled) for device in self.devices]
+        # The processes load the detector from a file: fetched here, once, with this run's progress.
+        path = detector_weights(self.options.detector, self.options.detector_weights, self.progress)
+        return process_workers(replace(self.options, detector_weights=path), self.devices, compiled)
 
     def parallel_jobs(self, requested: int) -> int:
         """Files a batch runs at once on this engine: as many as asked (``--jobs``); they share the workers."""
@@ -276,9 +287,10 @@ class Engine:
         return info
 
     def _decoding(self, info: VideoInfo) -> DecoderChoice:
-        """``--decoder``'s choice for this video (NVDEC on the first GPU the workers use); an
-        impossible ``nvdec`` is an error here, before any work."""
-        gpus = [int(d.split(":")[1]) for d in self.devices if d.startswith("cuda:")]
+        """``--decoder``'s choice for this video (NVDEC on the first GPU the workers use, when they
+        are threads of this process); an impossible ``nvdec`` is an error here, before any work."""
+        threads = self.options.worker == "thread"
+        gpus = [int(d.split(":")[1]) for d in self.devices if d.startswith("cuda:") and threads]
         assert info.traits is not None
         return choose_decoder(self.options.decoder, info.traits, gpus[0] if gpus else None, info.display_matrix)
 
@@ -433,7 +445,7 @@ class Engine:
         summary.decoder = decoding.describe()
         return summary
 
-    def _find(self, source: FrameSource, input: Path, tracks_out: Path | None, workers: list[DeviceWorker],
+    def _find(self, source: FrameSource, input: Path, tracks_out: Path | None, workers: list[Worker],
                on_frame: FrameCallback | None, pictures: Pictures) -> Summary:
         survey = TrackSurvey(self.options.faces, pictures.height, pictures.width)
         logs = (survey,) if tracks_out is None else (survey, TracksWriter(tracks_out))
@@ -517,7 +529,7 @@ class Engine:
         return chosen, (f"tracks restored: {describe_tracks(chosen)} of {describe_tracks(survey.frames)} "
                         f"(found by a first pass over the clip, {result.seconds:.1f} s)"), survey
 
-    def _run(self, source: FrameSource, writer: Writer, workers: list[DeviceWorker], logs: tuple[FaceLog, ...],
+    def _run(self, source: FrameSource, writer: Writer, workers: list[Worker], logs: tuple[FaceLog, ...],
              on_frame: FrameCallback | None, pictures: Pictures, start_frame: int = 0,
              chosen: frozenset[int] | None = None, restore: bool = True,
              tracker: FaceTracker | KnownTracks | None = None, ranged: bool = True,

@@ -31,7 +31,6 @@ from ..media.images import ImageWriter
 from ..media.segments import SegmentedWriter
 from ..media.source import SourceFrame, split_fields
 from ..media.writer import VideoWriter
-from ..worker.device import stage_planes
 from ..worker.messages import (
     DecodingDone,
     DetectBatch,
@@ -238,8 +237,6 @@ class Job:
         # frames after it are tracked, as lookahead, and let go.
         self.stop_frame = None if stop_frame is None else stop_frame * self.pictures_per_frame
         self.pictures_end = 0  # the index after the latest picture decoded
-        # GPU workers upload from pinned buffers; the decode thread fills them, off the workers' thread.
-        self.stage_for_gpu = any(w.device.type == "cuda" for w in pool.workers)
         # Stage threads running, counted by the stages themselves: an interrupted Thread.join()
         # can report a thread as finished while it still runs, and a Ctrl-C inside Thread.start()
         # leaves unknown whether the thread exists. Once shutting down, a stage that only then
@@ -349,9 +346,9 @@ class Job:
                 if passing:
                     self.detected_batches.put(Passed(passing))
                     passing = []
-                if self.stage_for_gpu and picture.buffers.state == "decoded":  # NVDEC's come staged
+                if picture.buffers.state == "decoded":  # NVDEC's come staged
                     t0 = time.perf_counter()
-                    picture.buffers.stage(stage_planes(picture.frame, pinned=True))
+                    self.pool.stage(picture)
                     self.clock.add("decode", time.perf_counter() - t0)
                 batch.append(picture)
                 if len(batch) == self.batch_frames:

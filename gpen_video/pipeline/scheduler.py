@@ -146,6 +146,11 @@ class WorkerPool:
         """GPEN's batch now, which restoration batches are cut to fill (lowered after running out of memory)."""
         return self.workers[0].face_batch
 
+    def stage(self, frame: SourceFrame) -> None:
+        """On the decode thread: the frame copied to where this pool's workers read it (pinned
+        memory for GPU threads, shared memory for worker processes), off the workers' own time."""
+        self.workers[0].stage(frame)
+
     def submit(self, job: JobPort, task: DetectBatch | RestoreBatch) -> None:
         self.tasks.put(_Assigned(job, task))
 

@@ -80,10 +80,22 @@ class DeviceWorker:
         self.detect_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.restorer: FaceRestorer | None = None
 
-    def load_restorer(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Build GPEN (compiled if this worker is) and the paste-back here, once."""
+    def stage(self, frame: SourceFrame) -> None:
+        """On the decode thread: a GPU worker's frames are packed into pinned memory there, from
+        which the worker's upload is one asynchronous copy; a CPU worker reads the frame itself."""
+        if self.device.type == "cuda":
+            frame.buffers.stage(stage_planes(frame.frame, pinned=True))
+
+    @property
+    def restores(self) -> bool:
+        """Whether GPEN is loaded here."""
+        return self.restorer is not None
+
+    def load_restorer(self, state_dict: dict[str, torch.Tensor]) -> Pending[None]:
+        """Build GPEN (compiled if this worker is) and the paste-back here, once (done on return)."""
         if self.restorer is None:
             self.restorer = FaceRestorer(state_dict, self.options, self.device, self.compiled)
+        return Pending(lambda: None, self.device)
 
     @property
     def face_batch(self) -> int:
@@ -184,11 +196,18 @@ class DeviceWorker:
         """Restore ``faces[i]`` in ``frames[i]``: their encoder frames, merged with the decoded samples."""
         return self.queue_restore(frames, faces).result()
 
-    @torch.no_grad()
     def queue_restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
                       clip: int = 0) -> Pending[list[Restored]]:
         """:meth:`restore`, queued on the device: returns once the work is queued, not done.
         ``clip`` numbers the job the frames belong to (their tracks' masks are smoothed per job)."""
+        return self.queue_restore_packed(frames, faces, clip).then(
+            lambda rows: [Restored(packed_to_frame(row, f.frame), len(fs)) for row, f, fs in zip(rows, frames, faces)])
+
+    @torch.no_grad()
+    def queue_restore_packed(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
+                             clip: int = 0) -> Pending[list[np.ndarray]]:
+        """:meth:`queue_restore`, up to each frame's new planes packed in one host buffer (the
+        layout of an upload), which a worker process writes back into the frame's shared slot."""
         if self.restorer is None:
             raise RuntimeError(f"{self.device}: restoration before the restorer was loaded")
         groups = _groups(frames)
@@ -201,12 +220,12 @@ class DeviceWorker:
             new = layout.to_planes(_of_group(image, group, groups), planes[0].dtype)
             downloads.append(self._download(layout.merge(new, planes, _of_group(changed, group, groups))))
 
-        def finish() -> list[Restored]:
-            results: list[Restored | None] = [None] * len(frames)
+        def finish() -> list[np.ndarray]:
+            rows: list[np.ndarray | None] = [None] * len(frames)
             for group, host in zip(groups, downloads):
                 packed = host.numpy()
                 for row, i in enumerate(group):
-                    results[i] = Restored(packed_to_frame(packed[row], frames[i].frame), len(faces[i]))
-            return results
+                    rows[i] = packed[row]
+            return rows
 
         return Pending(finish, self.device)

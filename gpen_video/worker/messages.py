@@ -1,7 +1,7 @@
 """What the pipeline's stages hand each other, and what a worker must do: data-only messages and
-one worker interface. The thread worker (:class:`~.device.DeviceWorker`) implements it today;
-a process per GPU, a GPU decoder's worker or a Ray actor can implement it without touching the
-pipeline."""
+one worker interface. A device's worker runs in a thread of this process
+(:class:`~.device.DeviceWorker`) or in a process of its own (:class:`~.process.ProcessWorker`);
+the pipeline does not tell them apart."""
 
 from __future__ import annotations
 
@@ -45,8 +45,16 @@ class Worker(Protocol):
     once, its result collected later (:class:`~.transfer.Pending`)."""
 
     device: torch.device
+    compiled: bool  # torch.compile and CUDA graphs
     face_batch: int  # faces per GPEN call now (lowered after running out of memory)
     out_of_memory: int  # times the GPEN batch was lowered
+
+    @property
+    def restores(self) -> bool: ...  # GPEN is loaded
+
+    def load_restorer(self, state_dict: dict[str, torch.Tensor]) -> Pending[None]: ...
+
+    def stage(self, frame: SourceFrame) -> None: ...  # on the decode thread, where this kind reads frames
 
     def prepare_detection(self, frames: int, height: int, width: int) -> None: ...
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 def to_device(values: torch.Tensor | np.ndarray | list | tuple, device: torch.device | str,
@@ -49,3 +50,7 @@ class Pending(Generic[T]):
         if self.event is not None:
             self.event.synchronize()
         return self.finish()
+
+    def then(self, after: Callable[[T], U]) -> Pending[U]:
+        """This work's result passed through ``after``, when collected."""
+        return Pending(lambda: after(self.result()), torch.device("cpu"))
