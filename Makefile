@@ -21,6 +21,7 @@ bench: install
 	$(PY) benchmarks/model_throughput.py
 	$(PY) benchmarks/pipeline_bench.py $(BENCH_ARGS)
 	$(PY) benchmarks/decoder_bench.py $(DECODER_BENCH_ARGS)
+	$(PY) benchmarks/worker_bench.py $(WORKER_BENCH_ARGS)
 
 demo: install
 	$(PY) -m gpen_video.demo

@@ -69,6 +69,19 @@ def test_ray_bench_smoke(tmp_path, golden):
         assert numbers[f"{name}_ray_over_plain"] == round(numbers[f"{name}_ray_s"] / numbers[f"{name}_plain_s"], 3)
 
 
+def test_worker_bench_smoke(tmp_path, golden):
+    numbers = _smoke("worker_bench.py", tmp_path, golden)
+    rows = {f"{kind}_{place}": numbers[f"{kind}_{place}"] for kind in ("thread", "process") for place in ("one", "all")}
+    assert all(r["crowd_faces_per_s"] > 0 and r["one_face_fps"] > 0 for r in rows.values())
+    assert all(r["one_face_over_transcode"] == round(r["one_face_fps"] / numbers["one_face_transcode_fps"], 3)
+               for r in rows.values())
+    for kind in ("thread", "process"):
+        assert numbers[f"{kind}_all_over_one"] == round(
+            rows[f"{kind}_all"]["crowd_faces_per_s"] / rows[f"{kind}_one"]["crowd_faces_per_s"], 3)
+    assert numbers["process_over_thread_all"] == round(
+        rows["process_all"]["crowd_faces_per_s"] / rows["thread_all"]["crowd_faces_per_s"], 3)
+
+
 def test_controls_bench_smoke(tmp_path, golden):
     numbers = _smoke("controls_bench.py", tmp_path, golden)
     assert all(numbers[k] > 0 for k in ("render_s", "largest_s", "tracks_s", "detect_only_s", "preview_s",
