@@ -41,8 +41,8 @@ class SlotRef(NamedTuple):
 class SharedFrames:
     """Blocks of shared memory cut into slots of one size each: a slot is taken when a frame is
     staged and given back when the frame lets go of it. Blocks are made as more frames are in
-    flight than the free slots of their size hold, and kept for the next frames until
-    :meth:`close`, so a steady stream of frames reuses the same memory."""
+    flight than the free slots of their size hold, and kept for the next frames while the engine
+    that owns them lives, so a steady stream of frames reuses the same memory."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -73,7 +73,7 @@ class SharedFrames:
     def _giver(self, size: int, block: int, offset: int) -> Callable[[], None]:
         def give_back() -> None:
             with self._lock:
-                self._free.setdefault(size, []).append((block, offset))
+                self._free[size].append((block, offset))
 
         return give_back
 
@@ -82,11 +82,3 @@ class SharedFrames:
         block = self._numbers[samples.untyped_storage().data_ptr()]
         return SlotRef(block, samples.storage_offset() * samples.element_size(), samples.numel(),
                        str(samples.dtype).removeprefix("torch."))
-
-    def close(self) -> None:
-        """Let go of every block (once no worker process maps them any more)."""
-        with self._lock:
-            self.blocks.clear()
-            self._numbers.clear()
-            self._free.clear()
-
