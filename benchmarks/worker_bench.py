@@ -59,10 +59,10 @@ def main() -> None:
             for place, where in places.items():
                 crowd_run = restore_video(crowd, root / "c.mp4", **where, **common, preset="ultrafast", worker=kind)
                 face_run = restore_video(face, root / "f.mp4", **where, **common, preset="veryfast", worker=kind)
+                fps = round(face_run.fps, 1)
                 rows[f"{kind}_{place}"] = {
-                    "crowd_faces_per_s": round(crowd_run.faces / crowd_run.seconds, 1),
-                    "one_face_fps": round(face_run.fps, 1),
-                    "one_face_over_transcode": round(face_run.fps / rows["one_face_transcode_fps"], 3)}
+                    "crowd_faces_per_s": round(crowd_run.faces / crowd_run.seconds, 1), "one_face_fps": fps,
+                    "one_face_over_transcode": round(fps / rows["one_face_transcode_fps"], 3)}
                 print(f"{kind} workers, {place}: {rows[f'{kind}_{place}']}", flush=True)
     for kind in KINDS:
         one, every = rows[f"{kind}_one"], rows[f"{kind}_all"]
