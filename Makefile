@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -ra
+	$(PY) -m pytest -ra --durations=20
 
 bench: install
 	$(PY) benchmarks/model_throughput.py

@@ -187,11 +187,14 @@ class FaceDetector:
                  batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The network's box offsets, scores and landmark offsets for each of ``rgb``, detected at
         ``size``: on a GPU in one call padded to ``batch`` frames, on a CPU in calls of
-        :data:`CPU_CALL_PIXELS`, each prepared on its own."""
+        :data:`CPU_CALL_PIXELS`, each prepared on its own and padded to the same count (a CPU's
+        convolutions may round differently for another count: a video cut into segments must
+        find the same faces)."""
         if self.device.type != "cpu":
             return tuple(t[: len(rgb)] for t in self.net(padded(self._prepared(rgb, size), batch)))
         frames = max(1, CPU_CALL_PIXELS // (size[0] * size[1]))
-        calls = (self.net(self._prepared(part, size)) for part in rgb.split(frames))
+        calls = [[t[: len(part)] for t in self.net(padded(self._prepared(part, size), frames))]
+                 for part in rgb.split(frames)]
         return tuple(torch.cat(parts) for parts in zip(*calls))
 
     def _prepared(self, rgb: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
