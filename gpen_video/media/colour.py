@@ -115,6 +115,15 @@ def unpack_planes(packed: Packed, like: av.VideoFrame) -> list[Packed]:
     return views
 
 
+_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
+
+
+def packed_size(frame: av.VideoFrame) -> tuple[torch.dtype, int]:
+    """The dtype and length of a buffer that holds ``frame``'s planes packed (:func:`pack_planes`)."""
+    planes = frame_planes(frame)
+    return _TORCH_DTYPE[planes[0].dtype], sum(p.size for p in planes)
+
+
 def pack_planes(frame: av.VideoFrame, into: np.ndarray) -> np.ndarray:
     """``into``, (total,), filled with ``frame``'s planes in the layout :func:`unpack_planes` reads."""
     for dst, plane in zip(unpack_planes(into, frame), frame_planes(frame)):

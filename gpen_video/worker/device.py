@@ -22,22 +22,20 @@ import torch
 
 from ..faces.detect import Face, FaceDetector
 from ..faces.track import gray_thumbnails, thumbnail_means
-from ..media.colour import frame_planes, pack_planes, packed_to_frame, unpack_planes
+from ..media.colour import pack_planes, packed_size, packed_to_frame, unpack_planes
 from ..media.source import SourceFrame
 from ..options import RestoreOptions
 from .messages import FaceSpec, Restored
 from .restorer import FaceRestorer
 from .transfer import Pending, to_device, to_host
 
-_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
-
 
 def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:
     """The frame's three planes packed one after another into one host buffer (pinned, for a GPU),
     from which a single asynchronous copy uploads the frame. The pipeline's decode thread stages
     each frame as it decodes it, so this copy is off the GPU worker's thread."""
-    planes = frame_planes(frame)
-    staged = torch.empty(sum(p.size for p in planes), dtype=_TORCH_DTYPE[planes[0].dtype], pin_memory=pinned)
+    dtype, count = packed_size(frame)
+    staged = torch.empty(count, dtype=dtype, pin_memory=pinned)
     pack_planes(frame, staged.numpy())
     return staged
 

@@ -30,6 +30,7 @@ import av
 import numpy as np
 import torch
 
+from ..errors import error_line
 from ..faces.detect import Face
 from ..media.colour import PlaneLayout, packed_to_frame
 from ..media.source import SourceFrame
@@ -236,11 +237,12 @@ def serve(pipe: multiprocessing.connection.Connection, options: RestoreOptions, 
                 detection, refs = args
                 if detection is not None:
                     worker.prepare_detection(*detection)
-                queued.append((number, kind, worker.queue_detect(_frames(refs, blocks)), []))
+                slots = [ref.slot.view(blocks) for ref in refs]
+                queued.append((number, kind, worker.queue_detect(_frames(refs, slots)), slots))
             elif kind == "restore":
                 refs, faces, clip = args
                 slots = [ref.slot.view(blocks) for ref in refs]
-                queued.append((number, kind, worker.queue_restore_packed(_frames(refs, blocks), faces, clip), slots))
+                queued.append((number, kind, worker.queue_restore_packed(_frames(refs, slots), faces, clip), slots))
             elif kind == "close":
                 while queued:
                     _answer(pipe, worker, *queued.popleft())
@@ -249,7 +251,7 @@ def serve(pipe: multiprocessing.connection.Connection, options: RestoreOptions, 
                 pipe.send((number, True, None))
                 return
         except Exception as exc:  # this request's failure; the process serves on
-            pipe.send((number, False, _one_line(exc)))
+            pipe.send((number, False, error_line(exc)))
 
 
 def _answer(pipe: multiprocessing.connection.Connection, worker: DeviceWorker, number: int, kind: str,
@@ -264,26 +266,21 @@ def _answer(pipe: multiprocessing.connection.Connection, worker: DeviceWorker, n
             result = (worker.face_batch, worker.out_of_memory)
         pipe.send((number, True, result))
     except Exception as exc:
-        pipe.send((number, False, _one_line(exc)))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+        pipe.send((number, False, error_line(exc)))
 
 
 _TEMPLATES: dict[tuple[int, int, str], av.VideoFrame] = {}
 
 
-def _frames(refs: list[FrameRef], blocks: dict[int, torch.Tensor]) -> list[SourceFrame]:
-    """The request's frames as the device worker reads them: staged in their slots, each with a
-    frame of its format and size standing for its shape (its samples are the slot's)."""
+def _frames(refs: list[FrameRef], slots: list[torch.Tensor]) -> list[SourceFrame]:
+    """The request's frames as the device worker reads them: staged in their ``slots``, each with
+    a frame of its format and size standing for its shape (its samples are the slot's)."""
     frames = []
-    for ref in refs:
+    for ref, slot in zip(refs, slots):
         key = (ref.width, ref.height, ref.format)
         if key not in _TEMPLATES:
             _TEMPLATES[key] = av.VideoFrame(ref.width, ref.height, ref.format)
         frame = SourceFrame(ref.index, _TEMPLATES[key], ref.layout)
-        frame.buffers.stage(ref.slot.view(blocks))
+        frame.buffers.stage(slot)
         frames.append(frame)
     return frames

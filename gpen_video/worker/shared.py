@@ -9,10 +9,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
 import torch
 
-from ..media.colour import frame_planes, pack_planes
+from ..media.colour import pack_planes, packed_size
 
 if TYPE_CHECKING:
     import av
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
 #: Slots per block: a block is one shared-memory segment, mapped once by each worker process.
 BLOCK_SLOTS = 16
 _PAGE = 4096
-_TORCH_DTYPE = {np.dtype(np.uint8): torch.uint8, np.dtype(np.int16): torch.int16}
 
 
 class SlotRef(NamedTuple):
@@ -29,13 +27,11 @@ class SlotRef(NamedTuple):
     block: int
     offset: int
     count: int
-    dtype: str  # "uint8" or "int16"
+    dtype: torch.dtype  # uint8, or int16 for samples over 8 bits
 
     def view(self, blocks: dict[int, torch.Tensor]) -> torch.Tensor:
         """The slot's samples, in whichever process ``blocks`` (block number -> bytes) belongs to."""
-        dtype = getattr(torch, self.dtype)
-        size = self.count * torch.empty(0, dtype=dtype).element_size()
-        return blocks[self.block][self.offset : self.offset + size].view(dtype)
+        return blocks[self.block][self.offset : self.offset + self.count * self.dtype.itemsize].view(self.dtype)
 
 
 class SharedFrames:
@@ -53,11 +49,8 @@ class SharedFrames:
     def stage(self, frame: av.VideoFrame) -> tuple[torch.Tensor, Callable[[], None]]:
         """``frame``'s planes packed into a free slot (as :func:`~.device.stage_planes` packs them):
         the slot's samples, and the call that gives the slot back."""
-        planes = frame_planes(frame)
-        dtype = _TORCH_DTYPE[planes[0].dtype]
-        count = sum(p.size for p in planes)
-        nbytes = count * planes[0].itemsize
-        size = -(-nbytes // _PAGE) * _PAGE
+        dtype, count = packed_size(frame)
+        size = -(-count * dtype.itemsize // _PAGE) * _PAGE
         with self._lock:
             free = self._free.setdefault(size, [])
             if not free:
@@ -66,7 +59,7 @@ class SharedFrames:
                 self._numbers[self.blocks[number].data_ptr()] = number
                 free.extend((number, k * size) for k in range(BLOCK_SLOTS))
             block, offset = free.pop()
-        samples = SlotRef(block, offset, count, str(dtype).removeprefix("torch.")).view(self.blocks)
+        samples = SlotRef(block, offset, count, dtype).view(self.blocks)
         pack_planes(frame, samples.numpy())
         return samples, self._giver(size, block, offset)
 
@@ -80,5 +73,4 @@ class SharedFrames:
     def locate(self, samples: torch.Tensor) -> SlotRef:
         """The place of a slot's samples, from the tensor :meth:`stage` gave."""
         block = self._numbers[samples.untyped_storage().data_ptr()]
-        return SlotRef(block, samples.storage_offset() * samples.element_size(), samples.numel(),
-                       str(samples.dtype).removeprefix("torch."))
+        return SlotRef(block, samples.storage_offset() * samples.element_size(), samples.numel(), samples.dtype)
