@@ -11,6 +11,8 @@ every machine without a GPU, NVDEC or the package, decodes on the CPU.
 from __future__ import annotations
 
 import collections
+import ctypes
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,16 +69,22 @@ def nvdec_module() -> ModuleType | None:
         return None
 
 
+@functools.cache
+def decoder_caps(nvc: ModuleType, gpu: int, codec: str, bitdepth: int) -> dict:
+    """What this GPU's NVDEC decodes of a codec at a bit depth (4:2:0), asked once per process:
+    the driver took 0.4 s to answer on an H200 (run BK), which a warm engine would
+    otherwise pay for every clip."""
+    return dict(nvc.GetDecoderCaps(gpuid=gpu, codec=getattr(nvc.cudaVideoCodec, codec),
+                                   chromaformat=nvc.cudaVideoChromaFormat.__members__["420"], bitdepth=bitdepth))
+
+
 def gpu_refusal(traits: StreamTraits, gpu: int, nvc: ModuleType) -> str:
     """Why this GPU's NVDEC cannot decode the stream ("" when it can), from its capabilities."""
     name, formats = _NVDEC_CODECS[traits.codec]
     try:
-        caps = nvc.GetDecoderCaps(gpuid=gpu, codec=getattr(nvc.cudaVideoCodec, name),
-                                  chromaformat=nvc.cudaVideoChromaFormat.__members__["420"],
-                                  bitdepth=formats[traits.pix_fmt])
+        caps = decoder_caps(nvc, gpu, name, formats[traits.pix_fmt])
     except Exception as exc:  # the driver's own words: no libnvcuvid, a MIG slice without decoders
         return f"GPU {gpu} has no NVDEC for {traits.codec} ({error_line(exc)})"
-    caps = dict(caps)
     if not caps.get("supported", 0) or not caps.get("num_decoder_engines", 0):
         return f"GPU {gpu} has no NVDEC engine for {traits.codec} {formats[traits.pix_fmt]}-bit 4:2:0"
     low = (caps.get("width_min", 0), caps.get("height_min", 0))
@@ -203,6 +211,17 @@ class _InFlight(NamedTuple):
     copied: torch.cuda.Event
 
 
+def _primary_context(device: torch.device) -> int:
+    """The handle of ``device``'s primary CUDA context, torch's, which NVDEC must share to use its streams."""
+    with torch.cuda.device(device):
+        torch.cuda.current_stream(device).query()  # the context exists and is this thread's
+        context = ctypes.c_void_p()
+        ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent(ctypes.byref(context))
+    if not context.value:
+        raise RuntimeError(f"no CUDA context on {device}")
+    return context.value
+
+
 class NvdecDecoder:
     """NVDEC on one GPU, fed PyAV's packets (in Annex B). Its pictures come back in presentation
     order as the CPU decoder's would, the same samples and timestamps, one packet late: each
@@ -219,9 +238,14 @@ class NvdecDecoder:
         self.filter = BitStreamFilterContext(f"{stream.codec_context.name}_mp4toannexb", stream) \
             if needs_annexb(stream) else None
         self.device = torch.device("cuda", gpu)
-        self.stream = torch.cuda.Stream(self.device)
+        # NVDEC's own copies run on this stream too. Left on PyNvVideoCodec's default stream, each
+        # packet waited behind GPEN's queued work: the decode thread spun 3.5 CPU s on the 20 s
+        # crowd clip (0.8 s here) and the crowd ran 15-18 % slower (run BK). High priority: a
+        # frame's few copies go before the next batch's kernels.
+        self.stream = torch.cuda.Stream(self.device, priority=-1)
         self.decoder = self.nvc.CreateDecoder(gpuid=gpu, codec=getattr(self.nvc.cudaVideoCodec, name),
-                                              usedevicememory=True)
+                                              cudacontext=_primary_context(self.device),
+                                              cudastream=self.stream.cuda_stream, usedevicememory=True)
         self.like = picture_template(stream)
         self.time_base = stream.time_base
         self.matrix = matrix
@@ -282,11 +306,18 @@ class NvdecDecoder:
                 planes = nv12_to_planes(torch.from_dlpack(surface), self.like.height, self.like.width)
                 pictures.append((surface.getPTS(), planes, torch.empty(planes.shape, dtype=planes.dtype,
                                                                         pin_memory=True)))
-            packed = self.stream.record_event()
+            packed = self._recorded()
             for _, planes, host in pictures:
                 host.copy_(planes, non_blocking=True)
-            self.in_flight.append(_InFlight(pictures, self.stream.record_event()))
+            self.in_flight.append(_InFlight(pictures, self._recorded()))
         packed.synchronize()
+
+    def _recorded(self) -> torch.cuda.Event:
+        """An event recorded on the decoder's stream, whose waits sleep rather than spin, as
+        every wait of the pipeline's does (``transfer.Pending``): the cores are the encoder's."""
+        event = torch.cuda.Event(blocking=True)
+        event.record(self.stream)
+        return event
 
     def _finished(self, count: int) -> list[Decoded]:
         """The oldest ``count`` packets' pictures, once their copies are done, as the encoder's frames."""
