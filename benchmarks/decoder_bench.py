@@ -3,11 +3,12 @@
 - decode only: PyAV's threaded decoder against NVDEC, through ``demux`` as the pipeline reads a
   video, on the 1080p one-face clip and its 3840x2160 build: fps and the process's CPU ms per frame.
 - one face at 1080p, one face at 4K, the 1080p crowd: a CPU transcode of the clip (PyAV decode,
-  the same x264 settings), then a render with each decoder (``--compile on``, the real mobile
-  detector): fps, the ratio to the transcode, faces/s, and the CPU ms per frame of the pipeline's
-  own threads (decode, track, encode, workers: not x264's, not libavcodec's), beside the whole
-  process's. The crowd's faces/s are set against GPEN alone, as the pipeline builds it (fp16,
-  compiled, batch 16), timed in the same process.
+  the same x264 settings), the encoder alone (the clip's frames decoded into memory first: the
+  ceiling of any render that encodes on this CPU), then a render with each decoder (``--compile
+  on``, the real mobile detector): fps, its ratios to the transcode and to the encoder alone,
+  faces/s, and the CPU ms per frame of the pipeline's own threads (decode, track, encode,
+  workers: not x264's, not libavcodec's), beside the whole process's. The crowd's faces/s are set
+  against GPEN alone, as the pipeline builds it (fp16, compiled, batch 16), timed in the same process.
 - the detectors' networks alone (random weights time the same): ``retinaface-r50``, the
   default, and ``retinaface-mobile``, fp32, a batch of 16 frames at the size a 1080p frame is
   detected at (1000 px wide): ms per frame.
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from pipeline_bench import SHARED, build_clip, transcode_fps
+from pipeline_bench import SHARED, build_clip, encode_only_fps, transcode_fps
 from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
@@ -143,9 +144,12 @@ def main() -> None:
         for name, (clip, preset) in clips.items():
             transcode = transcode_fps(clip, tmp_path / "t.mp4", RestoreOptions(preset=preset))
             rows[f"{name}_transcode_fps"] = round(transcode, 1)
+            rows[f"{name}_encode_only_fps"] = round(encode_only_fps(clip, tmp_path / "e.mp4",
+                                                                    RestoreOptions(preset=preset)), 1)
             for decoder in decoders:
                 row = render(clip, tmp_path / "o.mp4", decoder, {**options, "preset": preset})
                 row["over_transcode"] = round(row["fps"] / rows[f"{name}_transcode_fps"], 3)
+                row["over_encode_only"] = round(row["fps"] / rows[f"{name}_encode_only_fps"], 3)
                 rows[f"{name}_{decoder}"] = row
                 print(f"{name}, {decoder}: {row}", flush=True)
     if gpu and args.weights:

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import av
@@ -114,17 +115,37 @@ def transcode_fps(src: Path, dst: Path, settings: RestoreOptions, planes: bool =
     start = time.perf_counter()
     thread = threading.Thread(target=decode)
     thread.start()
+    frames = write_all(writer, iter(items.get, None), planes)
+    thread.join()
+    container.close()
+    return frames / (time.perf_counter() - start)
+
+
+def encode_only_fps(src: Path, dst: Path, settings: RestoreOptions) -> float:
+    """The encoder alone: every frame of ``src`` decoded into memory first, then timed through the
+    tool's writer with ``settings``. No pipeline that encodes on this CPU runs faster, so with the
+    decoding on the GPU this is the ceiling of a one-face render (issue 21)."""
+    container = open_input(src)
+    writer = VideoWriter(dst, container, probe(src), settings, overwrite=True)  # a scratch file
+    items = list(demux(container, writer.copied_streams))
+    start = time.perf_counter()
+    frames = write_all(writer, iter(items))
+    container.close()
+    return frames / (time.perf_counter() - start)
+
+
+def write_all(writer: VideoWriter, items: Iterator[SourceFrame | av.Packet], planes: bool = False) -> int:
+    """Every frame and packet of ``items`` through ``writer``, which is then closed: the frames written
+    (with ``planes``, each frame copied into a new one first)."""
     frames = 0
-    while (item := items.get()) is not None:
+    for item in items:
         if isinstance(item, SourceFrame):
             writer.write(item, planes_to_frame(frame_planes(item.frame), item.frame) if planes else None)
             frames += 1
         else:
             writer.write_packet(item)
     writer.close()
-    thread.join()
-    container.close()
-    return frames / (time.perf_counter() - start)
+    return frames
 
 
 class _Rows(dict):
