@@ -186,12 +186,13 @@ def _busy(summary) -> dict[str, float]:
 
 
 def _restore(rows: _Rows, name: str, clip: Path, output: Path, sampled: list[int], **options):
-    """One timed run; records under ``name`` each stage's busy share (wall time inside its work),
+    """One timed run; records under ``name`` the decoder that ran, each stage's busy share (wall time inside its work),
     each thread group's CPU share (a stage thread whose CPU share is near its busy share is bound
     by its own host work, not by waits), and each GPU's busy share in ``sampled`` (NVML)."""
     with GpuBusy(sampled) as gpu, ThreadCPU() as cpu:
         summary = restore_video(clip, output, **options)
         end = time.perf_counter()
+    rows[f"{name}_decoder"] = summary.decoder  # --decoder auto: NVDEC where it is installed, else the CPU
     rows[f"{name}_busy"] = _busy(summary)
     # The stage threads live only while the pipeline runs; other groups include the set-up.
     rows[f"{name}_thread_cpu"] = {k: round(v / summary.seconds, 3) for k, v in cpu.by_group().items()}

@@ -40,8 +40,10 @@ def main() -> None:
         places = {"one": {"device": "cpu"}, "all": {"device": "cpu", "workers_per_device": 2}}
     else:
         places = {"one": {"gpus": gpus[:1]}, "all": {"gpus": gpus}}
+    # The CPU decoder for both kinds: process workers decode on the CPU, and thread workers left
+    # to --decoder auto took NVDEC where it was installed (run BK), which is not the same race.
     common = {"weights": args.weights, "detector": "retinaface-mobile", "detector_weights": args.detector_weights,
-              "precision": args.precision, "progress": False, "overwrite": True,
+              "precision": args.precision, "progress": False, "overwrite": True, "decoder": "cpu",
               "compile": "off" if args.smoke else "on"}  # steady-state speed: auto is eager for short clips
     rows: dict[str, object] = {"gpus": args.gpus if not args.smoke else "cpu", "detector": "retinaface-mobile",
                                "decoder": "cpu"}

@@ -50,6 +50,7 @@ def test_pipeline_bench_smoke(tmp_path, golden):
     assert numbers["run_fps_long"] > 0  # and its ratio is to a transcode of the same long clip:
     assert numbers["long_ratio"] == numbers["run_fps_long"] / numbers["long_transcode_fps"]
     assert numbers["crowd_gpu_busy"] == numbers["one_face_gpu_busy"] == {}  # no GPU here: reported as none
+    assert numbers["crowd_decoder"] == numbers["one_face_decoder"] == "decoded on the CPU"
     threads = numbers["crowd_thread_cpu"]  # the stage threads' CPU, as a share of the run
     assert threads["worker-cpu"] > 0.1 and all(0 <= v < os.cpu_count() for v in threads.values()), threads
 
