@@ -63,8 +63,12 @@ def test_deep_frames_travel_through_shared_memory_whole(small_gpen, tmp_path):
 
 def test_a_worker_process_that_dies_stops_its_job_with_its_own_error(small_gpen, tmp_path):
     """Killed mid-job, the worker's process ends the job at once with an error that says so, and
-    nothing is left at OUTPUT."""
+    nothing is left at OUTPUT; the engine's next job starts a new worker process and comes out
+    as a run that nothing interrupted (a batch loses only the file that was running)."""
     out = tmp_path / "out.mkv"
+    whole = tmp_path / "whole" / "out.mkv"
+    whole.parent.mkdir()
+    restore_video(SAMPLE, whole, **_options(small_gpen, worker="process"))
     options = RestoreOptions(**{k: v for k, v in _options(small_gpen, worker="process").items() if k != "progress"})
     with Engine(options, progress=False) as engine:
         killed = []
@@ -77,9 +81,10 @@ def test_a_worker_process_that_dies_stops_its_job_with_its_own_error(small_gpen,
 
         with pytest.raises(WorkerDied, match=r"worker process of cpu was killed by signal 9"):
             engine.restore(SAMPLE, out, on_frame=kill_after_some_frames)
-        assert killed and not out.exists() and list(tmp_path.iterdir()) == []
-        with pytest.raises(WorkerDied):  # the engine's worker is gone: the next job says so at once
-            engine.restore(SAMPLE, out)
+        assert killed and not out.exists() and sorted(tmp_path.iterdir()) == [whole.parent]
+        engine.restore(SAMPLE, out)
+        assert engine._pool.workers[0].process.pid != killed[0].pid
+    assert _frames(out) == _frames(whole)
 
 
 def test_the_command_line_reports_a_dead_worker_process_in_one_line(small_gpen, tmp_path):

@@ -182,6 +182,7 @@ class Engine:
         self.devices = self.options.devices()  # a missing GPU is an error before anything loads
         self._pool: WorkerPool | None = None  # the workers and their threads, once built
         self._building = threading.Lock()  # jobs starting at once build the workers once
+        self._retired: list[WorkerPool] = []  # pools with a dead worker, still used by running jobs
         self._jobs: set[Job] = set()  # running, for interrupt()
         self._jobs_lock = threading.Lock()
         self._interrupted = False
@@ -197,11 +198,16 @@ class Engine:
         warm = cache.is_dir() and any(cache.iterdir())
         return frames is None or frames >= COMPILE_FROM_FRAMES["warm" if warm else "cold"]
 
-    def workers(self, frames: int | None, restoring: bool = True) -> list[Worker]:
+    def pool(self, frames: int | None, restoring: bool = True) -> WorkerPool:
         """The workers, built on first use (compiled for the planned work, else the first job's
-        ``frames``), then the same for every job. A job that restores has GPEN loaded into them
-        (its weights downloaded on first use); one that only finds faces does not."""
+        ``frames``), then the same for every job, unless a worker process has died: the next job
+        then starts them all again. A job that restores has GPEN loaded into them (its weights
+        downloaded on first use); one that only finds faces does not."""
         with self._building:
+            if self._pool is not None and not self._pool.alive:
+                log.warning("a worker process has died: starting the workers again")
+                self._retire(self._pool)
+                self._pool = None
             if self._pool is None:
                 start = time.perf_counter()
                 compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
@@ -216,7 +222,16 @@ class Engine:
                     loading.result()
                 label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
                 self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
-        return workers
+            return self._pool
+
+    def _retire(self, pool: WorkerPool) -> None:
+        """A pool with a dead worker: closed now, or by its last running job (which fails on it)."""
+        with self._jobs_lock:
+            in_use = any(job.pool is pool for job in self._jobs)
+            if in_use:
+                self._retired.append(pool)
+        if not in_use:
+            pool.close()
 
     def _new_workers(self, compiled: bool) -> list[Worker]:
         """A worker per device entry, in this process's threads or in processes of their own."""
@@ -235,8 +250,8 @@ class Engine:
 
     def close(self) -> None:
         """Stop the workers' threads (once no job runs). The engine cannot run jobs after this."""
-        if self._pool is not None:
-            self._pool.close()
+        for pool in [*self._retired, *([self._pool] if self._pool is not None else [])]:
+            pool.close()
 
     def __enter__(self) -> Engine:
         return self
@@ -333,7 +348,7 @@ class Engine:
             try:
                 # After the writer, which checks the encoder settings: a wrong option must not cost
                 # a download. Before --resume's work directory, which a failed download must not leave.
-                workers = self.workers(info.frames)
+                pool = self.pool(info.frames)
                 with self._demuxed(input, info, decoding) as first_pass:
                     chosen, choice, _ = self._choose(input.name, first_pass, pictures, on_frame)
                 start_frame = 0
@@ -348,7 +363,7 @@ class Engine:
             def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
                 return demux(container, streams, self.options.allow_truncated, report, decoding)
 
-            summary = self._run(source, writer, workers, self._tracks_file(job), on_frame, pictures,
+            summary = self._run(source, writer, pool, self._tracks_file(job), on_frame, pictures,
                                 start_frame, chosen)
         finally:
             container.close()
@@ -375,7 +390,7 @@ class Engine:
                                   self.options, overwrite=True)
             writer = SegmentedWriter(scratch, store, input, job.segment_frames, unit=unit.segment)
             try:
-                workers = self.workers(info.frames)
+                pool = self.pool(info.frames)
             except BaseException:
                 writer.abort()
                 raise
@@ -390,7 +405,7 @@ class Engine:
                             return
                         yield item
 
-            summary = self._run(source, writer, workers, (), on_frame, pictures, unit.start, tracker=tracker,
+            summary = self._run(source, writer, pool, (), on_frame, pictures, unit.start, tracker=tracker,
                                 stop_frame=unit.stop)
         finally:
             container.close()
@@ -408,14 +423,14 @@ class Engine:
         picture = read_image(input)
         writer = ImageWriter(output, job.overwrite)
         try:
-            workers = self.workers(1)
+            pool = self.pool(1)
             pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
             # The first pass reads its own copy: a picture's buffers go through their lifecycle once.
             chosen, choice, _ = self._choose(input.name, photo_source(read_image(input)), pictures, on_frame)
         except BaseException:
             writer.abort()
             raise
-        summary = self._run(photo_source(picture), writer, workers, self._tracks_file(job), on_frame, pictures,
+        summary = self._run(photo_source(picture), writer, pool, self._tracks_file(job), on_frame, pictures,
                             chosen=chosen)
         summary.choice = choice
         return summary
@@ -434,22 +449,22 @@ class Engine:
             self._refuse_range(input)
             picture = read_image(input)
             pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
-            workers = self.workers(1, restoring=False)
-            return self._find(photo_source(picture), input, tracks_out, workers, on_frame, pictures)
+            pool = self.pool(1, restoring=False)
+            return self._find(photo_source(picture), input, tracks_out, pool, on_frame, pictures)
         info = self._probe_video(input)
         decoding = self._decoding(info)
-        workers = self.workers(info.frames, restoring=False)
+        pool = self.pool(info.frames, restoring=False)
         pictures = self._pictures(info, self.options.smooth)
         with self._demuxed(input, info, decoding) as source:
-            summary = self._find(source, input, tracks_out, workers, on_frame, pictures)
+            summary = self._find(source, input, tracks_out, pool, on_frame, pictures)
         summary.decoder = decoding.describe()
         return summary
 
-    def _find(self, source: FrameSource, input: Path, tracks_out: Path | None, workers: list[Worker],
+    def _find(self, source: FrameSource, input: Path, tracks_out: Path | None, pool: WorkerPool,
                on_frame: FrameCallback | None, pictures: Pictures) -> Summary:
         survey = TrackSurvey(self.options.faces, pictures.height, pictures.width)
         logs = (survey,) if tracks_out is None else (survey, TracksWriter(tracks_out))
-        summary = self._run(source, NoOutput(tracks_out or input), workers, logs, on_frame, pictures, restore=False)
+        summary = self._run(source, NoOutput(tracks_out or input), pool, logs, on_frame, pictures, restore=False)
         summary.tracks_found = survey
         return summary
 
@@ -472,7 +487,7 @@ class Engine:
         writer = ImageWriter(output, overwrite)
         started = time.perf_counter()
         try:
-            workers = self.workers(panels)
+            pool = self.pool(panels)
             pictures = self._pictures(info, self.options.smooth)
             chosen, choice, survey = None, "", None
             if self.options.selects:
@@ -483,7 +498,7 @@ class Engine:
             for frame in frames_at(input, list(times), seek):
                 capture = PanelCapture(frame, labelled=survey is not None)
                 tracker = KnownTracks(survey.kept) if survey is not None else FaceTracker(smooth=0)
-                self._run(photo_source(frame), capture, workers, (capture,), lambda done, found: None,
+                self._run(photo_source(frame), capture, pool, (capture,), lambda done, found: None,
                           Pictures(1, info.height, info.width, smooth=0), chosen=chosen, tracker=tracker,
                           ranged=False)
                 rows.append(capture.panel())
@@ -515,7 +530,7 @@ class Engine:
             return None, "", None
         survey = TrackSurvey(self.options.faces, pictures.height, pictures.width, keep_times)
         quiet = (lambda frames, faces: None) if on_frame is not None else None  # a batch's bar counts the render
-        result = self._run(source, NoOutput(Path(name)), self.workers(pictures.frames), (survey,), quiet, pictures,
+        result = self._run(source, NoOutput(Path(name)), self.pool(pictures.frames), (survey,), quiet, pictures,
                            restore=False)
         if self.options.tracks is None:
             chosen = survey.chosen()
@@ -529,7 +544,7 @@ class Engine:
         return chosen, (f"tracks restored: {describe_tracks(chosen)} of {describe_tracks(survey.frames)} "
                         f"(found by a first pass over the clip, {result.seconds:.1f} s)"), survey
 
-    def _run(self, source: FrameSource, writer: Writer, workers: list[Worker], logs: tuple[FaceLog, ...],
+    def _run(self, source: FrameSource, writer: Writer, pool: WorkerPool, logs: tuple[FaceLog, ...],
              on_frame: FrameCallback | None, pictures: Pictures, start_frame: int = 0,
              chosen: frozenset[int] | None = None, restore: bool = True,
              tracker: FaceTracker | KnownTracks | None = None, ranged: bool = True,
@@ -539,7 +554,7 @@ class Engine:
         at OUTPUT. ``tracker`` defaults to a new one with the pictures' smoothing; the options'
         time range applies where ``ranged``. Frames from ``start_frame`` up to ``stop_frame``
         (None: the end) are written."""
-        lowered = [w.out_of_memory for w in workers]
+        lowered = [w.out_of_memory for w in pool.workers]
         frames = pictures.frames
         try:
             tracker = tracker or FaceTracker(smooth=pictures.smooth)
@@ -563,7 +578,7 @@ class Engine:
                 margin = 2 * tracker.context / pictures.fps
                 span = TimeRange(*self.options.time_range, before=math.inf if self.options.selects else margin,
                                  after=margin)
-            running = Job(source, writer, self._pool, tracker, batch_frames, pictures.height, pictures.width,
+            running = Job(source, writer, pool, tracker, batch_frames, pictures.height, pictures.width,
                           logs=logs, on_frame=count, start_frame=start_frame, fields=pictures.fields,
                           fps=pictures.fps, span=span, chosen=chosen, restore=restore,
                           whole_tracks=self.options.selects, stop_frame=stop_frame)
@@ -576,6 +591,10 @@ class Engine:
             finally:
                 with self._jobs_lock:
                     self._jobs.discard(running)
+                    idle = [p for p in self._retired if not any(job.pool is p for job in self._jobs)]
+                    self._retired = [p for p in self._retired if p not in idle]
+                for retired in idle:
+                    retired.close()
                 bar.close()
         except BaseException:
             writer.abort()
@@ -583,7 +602,7 @@ class Engine:
                 log.abort()
             raise
         memory = [f"{w.device}: out of memory {w.out_of_memory - before} time(s), GPEN batch lowered to {w.face_batch}"
-                  for w, before in zip(workers, lowered) if w.out_of_memory > before]
+                  for w, before in zip(pool.workers, lowered) if w.out_of_memory > before]
         return Summary(writer.output, result.frames, result.faces, result.frames_with_faces, result.seconds,
                        result.busy, writer.warnings + memory, result.damaged, startup=self._take_startup(),
                        first_frame_at=result.first_frame_at)

@@ -71,6 +71,8 @@ class _Tasks:
 
     def put(self, assigned: _Assigned) -> None:
         with self.ready:
+            if self.closed:  # no thread would take it: the job would wait for ever
+                raise RuntimeError("the workers have stopped")
             if isinstance(assigned.task, DetectBatch):
                 self.detect.append(assigned)
             else:
@@ -140,6 +142,11 @@ class WorkerPool:
                     break
                 except KeyboardInterrupt:
                     continue
+
+    @property
+    def alive(self) -> bool:
+        """Whether every worker can take work (a worker process may have died)."""
+        return all(worker.alive for worker in self.workers)
 
     @property
     def face_batch(self) -> int:

@@ -89,6 +89,11 @@ class DeviceWorker:
         """Whether GPEN is loaded here."""
         return self.restorer is not None
 
+    @property
+    def alive(self) -> bool:
+        """A worker in this process lives as long as the process."""
+        return True
+
     def load_restorer(self, state_dict: dict[str, torch.Tensor]) -> Pending[None]:
         """Build GPEN (compiled if this worker is) and the paste-back here, once (done on return)."""
         if self.restorer is None:

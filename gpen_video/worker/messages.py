@@ -52,6 +52,9 @@ class Worker(Protocol):
     @property
     def restores(self) -> bool: ...  # GPEN is loaded
 
+    @property
+    def alive(self) -> bool: ...  # it can take work (a worker process may have died)
+
     def load_restorer(self, state_dict: dict[str, torch.Tensor]) -> Pending[None]: ...
 
     def stage(self, frame: SourceFrame) -> None: ...  # on the decode thread, where this kind reads frames

@@ -10,7 +10,7 @@ planes back into it. Faces, thumbnails and face counts come back pickled; they a
 The process queues up to two requests on its device before it answers the oldest, as the
 pool's thread does, so the device has the next batch while the host reads one back. If it dies,
 every request waiting on it fails with :class:`WorkerDied`, and the jobs whose work it held stop
-with that error; nothing is written at their outputs.
+with that error; nothing is written at their outputs. The engine's next job starts new workers.
 """
 
 from __future__ import annotations
@@ -106,6 +106,11 @@ class ProcessWorker:
         self._listener = threading.Thread(target=self._listen, name=f"worker-{device}-answers", daemon=True)
         self._listener.start()
         self._ready = self._call("ready")  # the detector loaded there: see process_workers
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process still runs and answers."""
+        return self._died is None and self.process.is_alive()
 
     def stage(self, frame: SourceFrame) -> None:
         """On the decode thread: the frame's planes into a slot of shared memory."""
