@@ -186,9 +186,10 @@ def _busy(summary) -> dict[str, float]:
 
 
 def _restore(rows: _Rows, name: str, clip: Path, output: Path, sampled: list[int], **options):
-    """One timed run; records under ``name`` the decoder that ran, each stage's busy share (wall time inside its work),
-    each thread group's CPU share (a stage thread whose CPU share is near its busy share is bound
-    by its own host work, not by waits), and each GPU's busy share in ``sampled`` (NVML)."""
+    """One timed run; records under ``name`` the decoder that ran, each stage's busy share (wall
+    time inside its work), each thread group's CPU share (a stage thread whose CPU share is near
+    its busy share is bound by its own host work, not by waits), and each GPU's busy share in
+    ``sampled`` (NVML)."""
     with GpuBusy(sampled) as gpu, ThreadCPU() as cpu:
         summary = restore_video(clip, output, **options)
         end = time.perf_counter()

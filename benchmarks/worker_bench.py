@@ -45,8 +45,8 @@ def main() -> None:
     common = {"weights": args.weights, "detector": "retinaface-mobile", "detector_weights": args.detector_weights,
               "precision": args.precision, "progress": False, "overwrite": True, "decoder": "cpu",
               "compile": "off" if args.smoke else "on"}  # steady-state speed: auto is eager for short clips
-    rows: dict[str, object] = {"gpus": args.gpus if not args.smoke else "cpu", "detector": "retinaface-mobile",
-                               "decoder": "cpu"}
+    rows: dict[str, object] = {"gpus": args.gpus if not args.smoke else "cpu", "detector": common["detector"],
+                               "decoder": common["decoder"]}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         crowd = build_clip(SHARED / "multi_face_crowd_facenet_pytorch.mp4", root / "crowd.mp4", args.crowd_seconds,

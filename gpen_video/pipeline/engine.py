@@ -227,10 +227,15 @@ class Engine:
     def _retire(self, pool: WorkerPool) -> None:
         """A pool with a dead worker: closed now, or by its last running job (which fails on it)."""
         with self._jobs_lock:
-            in_use = any(job.pool is pool for job in self._jobs)
-            if in_use:
-                self._retired.append(pool)
-        if not in_use:
+            self._retired.append(pool)
+        self._close_retired()
+
+    def _close_retired(self) -> None:
+        """Close the retired pools that no running job uses any more."""
+        with self._jobs_lock:
+            idle = [p for p in self._retired if not any(job.pool is p for job in self._jobs)]
+            self._retired = [p for p in self._retired if p not in idle]
+        for pool in idle:
             pool.close()
 
     def _new_workers(self, compiled: bool) -> list[Worker]:
@@ -591,10 +596,7 @@ class Engine:
             finally:
                 with self._jobs_lock:
                     self._jobs.discard(running)
-                    idle = [p for p in self._retired if not any(job.pool is p for job in self._jobs)]
-                    self._retired = [p for p in self._retired if p not in idle]
-                for retired in idle:
-                    retired.close()
+                self._close_retired()
                 bar.close()
         except BaseException:
             writer.abort()
