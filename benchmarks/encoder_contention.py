@@ -1,8 +1,10 @@
 """Why the one-face run encodes slower than a plain transcode of the same clip: variants that add
 one part of the pipeline at a time, each in a fresh process, with the CPU seconds of each thread
-group (benchmarks/thread_cpu.py). BENCHMARKS.md, run G, has what they showed.
+group (benchmarks/thread_cpu.py). BENCHMARKS.md, runs G, AD and BL, has what they showed. A variant
+that runs the pipeline takes a decoder after a colon (``default:nvdec``; the CPU's by default).
 
     python benchmarks/encoder_contention.py --weights G.pth --detector-weights R.pth
+    python benchmarks/encoder_contention.py ... --size 3840x2160 --variants transcode,no-faces:nvdec,default:nvdec
     python benchmarks/encoder_contention.py --smoke ...   # CPU, one second of video: checks the harness
 """
 
@@ -38,6 +40,7 @@ VARIANTS = {
     "transcode-capped": "a transcode with the encoder's threads capped at --capped-threads",
     "capped": "the whole pipeline with the encoder's threads capped at --capped-threads",
     "transcode-staged": "a transcode whose decode thread packs each frame into a pinned buffer, as the pipeline's does",
+    "encode-only": "the encoder alone: the clip's frames decoded into memory first, only the encoding timed",
     "switch-1ms": "the whole pipeline, a 1 ms GIL switch interval instead of 5 ms",
     "switch-0.25ms": "the whole pipeline, a 0.25 ms GIL switch interval",
 }
@@ -106,12 +109,14 @@ def _timed_queue_waits() -> Iterator[dict[str, float]]:
         Job._get = read
 
 
-def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
-    """One variant, in this process: fps, CPU seconds of the process and of each thread group."""
+def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
+    """One variant (``name`` or ``name:decoder``), in this process: fps, CPU seconds of the process
+    and of each thread group."""
+    variant, _, decoder = spec.partition(":")
     if variant == "blocking-sync":
         _blocking_sync()
     import torch
-    from pipeline_bench import transcode_fps
+    from pipeline_bench import encode_only_fps, transcode_fps
     from thread_cpu import ThreadCPU
 
     from gpen_video.api import restore_video
@@ -121,11 +126,15 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
         torch.set_num_threads(1)
     if variant in SWITCH_INTERVALS:
         sys.setswitchinterval(SWITCH_INTERVALS[variant])
-    out = clip.with_name(f"{variant}.mp4")
+    out = clip.with_name(f"{variant}-{decoder or 'cpu'}.mp4")
     busy: dict[str, float] = {}
     before = resource.getrusage(resource.RUSAGE_SELF)
     with ThreadCPU() as cpu:
-        if variant.startswith("transcode"):
+        if variant == "encode-only":
+            start = time.perf_counter()
+            fps = encode_only_fps(clip, out, RestoreOptions(preset=args.preset))
+            seconds = time.perf_counter() - start
+        elif variant.startswith("transcode"):
             detecting = _detecting(args.device, args.detector_weights) if variant == "transcode-detecting" \
                 else contextlib.nullcontext([0])
             with detecting as batches:
@@ -141,7 +150,7 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
             device = {"gpus": [0]} if args.device == "cuda" else {"device": "cpu"}
             with _timed_queue_waits() as waits:
                 summary = restore_video(clip, out, **device, compile="on", weights=args.weights,
-                                        detector="retinaface-mobile",
+                                        decoder=decoder or "cpu", detector="retinaface-mobile",
                                         detector_weights=args.detector_weights, preset=args.preset,
                                         min_face=1e9 if variant == "no-faces" else 0.0,
                                         strength=0.0 if variant == "strength-0" else 1.0,
@@ -152,7 +161,7 @@ def run_variant(variant: str, clip: Path, args: argparse.Namespace) -> dict:
             busy = {k: round(v / summary.seconds, 3) for k, v in summary.busy.items()}
             busy.update({f"{name} waiting for its queue": round(s / summary.seconds, 3) for name, s in waits.items()})
     after = resource.getrusage(resource.RUSAGE_SELF)
-    return {"variant": variant, "fps": round(fps, 1), "seconds": round(seconds, 2),
+    return {"variant": spec, "fps": round(fps, 1), "seconds": round(seconds, 2),
             "process_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
             "output_bytes": out.stat().st_size, "busy": busy, "thread_cpu_s": cpu.by_group(),
             "busiest_thread_s": cpu.busiest()}
@@ -162,7 +171,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", required=True)
     ap.add_argument("--detector-weights", required=True)
-    ap.add_argument("--seconds", type=float, default=40.0, help="length of the 1080p one-face clip")
+    ap.add_argument("--seconds", type=float, default=40.0, help="length of the one-face clip")
+    ap.add_argument("--size", default="1920x1080", help="the one-face clip's frame size")
     ap.add_argument("--preset", default="veryfast")
     ap.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma-separated, of: {', '.join(VARIANTS)}")
     ap.add_argument("--capped-threads", type=int, default=12, help="encoder threads of the *capped variants")
@@ -180,12 +190,12 @@ def main() -> None:
     if args.smoke:
         args.device, args.seconds = "cpu", 1.0
     variants = args.variants.split(",")
-    if unknown := set(variants) - set(VARIANTS):
+    if unknown := {v.partition(":")[0] for v in variants} - set(VARIANTS):
         ap.error(f"unknown variants: {', '.join(sorted(unknown))}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         clip = build_clip(SHARED / "talking_head_speech_retalking2.mp4", Path(tmp) / "one.mp4", args.seconds,
-                          None if args.smoke else (1920, 1080))
+                          None if args.smoke else tuple(int(v) for v in args.size.split("x")))
         for variant in variants:
             env = {**os.environ, **({"OMP_WAIT_POLICY": "passive"} if variant == "omp-passive" else {})}
             cmd = [sys.executable, __file__, "--run", variant, "--clip", str(clip), "--weights", args.weights,
@@ -200,7 +210,8 @@ def main() -> None:
     print("\n| variant | adds | fps | vs transcode |\n|---|---|---|---|")
     for row in rows:
         ratio = f"{row['fps'] / transcode:.2f}" if transcode else ""
-        print(f"| {row['variant']} | {VARIANTS[row['variant']]} | {row['fps']:.1f} | {ratio} |")
+        name, _, decoder = row["variant"].partition(":")
+        print(f"| {row['variant']} | {VARIANTS[name]}{f' ({decoder})' if decoder else ''} | {row['fps']:.1f} | {ratio} |")
 
 
 if __name__ == "__main__":
