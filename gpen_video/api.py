@@ -87,7 +87,7 @@ def restore_many(inputs: list[str | Path], output_dir: str | Path, options: Rest
     if ray is not None:
         from .pipeline.cluster import ClusterEngine
 
-        engine = ClusterEngine(_options(options, changes), ray, ray_actors)
+        engine = ClusterEngine(_options(options, changes), ray, ray_actors, batch.jobs)
     else:
         engine = Engine(_options(options, changes), progress)
     with engine:

@@ -142,7 +142,7 @@ def _main(argv: list[str] | None) -> int:
                 raise UsageError("--ray restores files into an OUTDIR; --detect-only and --preview run here")
             from .pipeline.cluster import ClusterEngine
 
-            with logging_redirect_tqdm(), ClusterEngine(options, batch.ray, batch.ray_actors) as cluster:
+            with logging_redirect_tqdm(), ClusterEngine(options, batch.ray, batch.ray_actors, batch.jobs) as cluster:
                 return _run_batch(cluster, args, job, batch)
         # Log lines through tqdm: a warning given while a bar runs (as a file ends) gets a line of its own.
         with logging_redirect_tqdm(), Engine(options, progress=not args.quiet) as engine:

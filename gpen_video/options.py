@@ -290,7 +290,7 @@ class BatchOptions(_Checked):
                                  "batch")
     jobs: int = option(2, "files restored at once: one's start overlaps another's end, and their decoding and "
                           "encoding share the CPU's cores (each takes its own frames in flight, so more take "
-                          "more memory)", "batch", check=_between(1, 8))
+                          "more memory); with --ray, on each actor", "batch", check=_between(1, 8))
     ray: str | None = option(None, "restore the files on a Ray cluster (the [ray] extra): auto, the running one; "
                                    "ray://HOST:PORT; local, one started here. One actor per GPU (CPU actors on "
                                    "a cluster without GPUs), each with warm weights; a file whose actor dies runs "

@@ -1,12 +1,12 @@
 """Many inputs across a Ray cluster (``--ray ADDRESS``): one actor per GPU of the cluster (CPU
 actors where it has none), each holding a warm :class:`~.engine.Engine`, built once; the batch
-hands each file to an idle actor. Ray places the actors, restarts one that dies (a killed process,
-a node that leaves) and runs its unit again; the Engine's temporary file and rename mean a file
-cut off that way leaves nothing at its OUTPUT. Inputs and OUTDIR must be on a filesystem every
+hands each file to an actor with a free slot (``--jobs`` each). Ray places the actors, restarts
+one that dies (a killed process, a node that leaves) and runs its units again; the Engine's
+temporary file and rename mean a file cut off that way leaves nothing at its OUTPUT. Inputs and OUTDIR must be on a filesystem every
 node sees; each actor checks that before any work.
 
 A video longer than one ``--segment-frames`` segment is split: each segment is a unit of its own,
-on any idle actor, decoded from a key frame before it (media.segments.plan_segments) and saved in
+on any free slot, decoded from a key frame before it (media.segments.plan_segments) and saved in
 the job's work directory beside OUTPUT, as ``--resume`` saves them; the driver then assembles
 OUTPUT with the source's other streams. A driver killed part-way continues, with ``--resume``,
 from the segments already there.
@@ -17,6 +17,7 @@ Ray is an optional dependency: ``pip install 'gpen-video[ray]'``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import queue
 import shutil
@@ -48,12 +49,12 @@ RETRIES = 3
 
 class RestoreActor:
     """One Engine on one node (one GPU, or the CPU), as a Ray actor: restores the files, and the
-    segments of long ones, handed to it and says how far the current one is (a second method
-    thread answers while it works)."""
+    segments of long ones, handed to it, several at once as ``--jobs`` runs them on one machine,
+    and says how far each is (other method threads answer while they run)."""
 
     def __init__(self, options: RestoreOptions) -> None:
         self.engine = Engine(options, progress=False)
-        self.frames = self.faces = 0
+        self.counts: dict[int, tuple[int, int]] = {}  # unit ticket -> (frames written, faces restored)
 
     def where(self) -> str:
         """This actor's host and process, for the report."""
@@ -73,30 +74,37 @@ class RestoreActor:
             return f"{socket.gethostname()} cannot write {output_dir} ({exc.strerror or exc})"
         return ""
 
-    def _begin(self, planned_frames: int | None) -> FrameCallback:
-        """A new unit: ``planned_frames``, the batch's frames, is what ``--compile auto`` decides
-        on; the callback counts the unit's progress for :meth:`progress`."""
+    def _begin(self, ticket: int, planned_frames: int | None) -> FrameCallback:
+        """A new unit, known to :meth:`progress` by ``ticket``: ``planned_frames``, the batch's
+        frames, is what ``--compile auto`` decides on; the callback counts the unit's progress."""
         self.engine.planned_frames = planned_frames
-        self.frames = self.faces = 0
+        self.counts[ticket] = (0, 0)
 
         def count(frames: int, faces: int) -> None:
-            self.frames += frames
-            self.faces += faces
+            done = self.counts[ticket]
+            self.counts[ticket] = (done[0] + frames, done[1] + faces)
 
         return count
 
-    def restore(self, input: str, output: str, job: JobOptions, planned_frames: int | None) -> Summary:
+    def restore(self, ticket: int, input: str, output: str, job: JobOptions, planned_frames: int | None) -> Summary:
         """Restore one file."""
-        return self.engine.restore(input, output, job, on_frame=self._begin(planned_frames))
+        try:
+            return self.engine.restore(input, output, job, on_frame=self._begin(ticket, planned_frames))
+        finally:
+            self.counts.pop(ticket, None)
 
-    def restore_segment(self, input: str, output: str, job: JobOptions, unit: SegmentUnit,
+    def restore_segment(self, ticket: int, input: str, output: str, job: JobOptions, unit: SegmentUnit,
                         planned_frames: int | None) -> Summary:
         """Restore one segment of a long video into its job's work directory (the driver assembles)."""
-        return self.engine.restore_segment(input, output, job, unit, on_frame=self._begin(planned_frames))
+        try:
+            return self.engine.restore_segment(input, output, job, unit,
+                                               on_frame=self._begin(ticket, planned_frames))
+        finally:
+            self.counts.pop(ticket, None)
 
-    def progress(self) -> tuple[int, int]:
-        """Frames written and faces restored of the current file."""
-        return self.frames, self.faces
+    def progress(self, ticket: int) -> tuple[int, int]:
+        """Frames written and faces restored of a running unit."""
+        return self.counts.get(ticket, (0, 0))
 
 
 @dataclass
@@ -123,12 +131,14 @@ def _ray() -> Any:
 
 
 class ClusterEngine:
-    """The batch's engine on a Ray cluster: :meth:`restore` runs a file on an idle actor and
-    returns its summary, as :meth:`Engine.restore` does on this machine. ``address`` is "local"
-    (a Ray instance started here for this run), "auto" (the running cluster) or "ray://host:port";
-    ``actors`` defaults to one per GPU of the cluster, else one per node."""
+    """The batch's engine on a Ray cluster: :meth:`restore` runs a file on an actor with a free
+    slot and returns its summary, as :meth:`Engine.restore` does on this machine. ``address`` is
+    "local" (a Ray instance started here for this run), "auto" (the running cluster) or
+    "ray://host:port"; ``actors`` defaults to one per GPU of the cluster, else one per node. Each
+    actor runs ``jobs`` units at once (``--jobs``), so that one's start overlaps another's end
+    on its GPU as on a single machine."""
 
-    def __init__(self, options: RestoreOptions, address: str, actors: int | None = None) -> None:
+    def __init__(self, options: RestoreOptions, address: str, actors: int | None = None, jobs: int = 1) -> None:
         ray = _ray()
         self.planned_frames: int | None = None
         self._started = not ray.is_initialized()
@@ -146,23 +156,26 @@ class ClusterEngine:
         actor = ray.remote(RestoreActor)
         placement = {"num_gpus": 1 if gpus else 0, "num_cpus": 1, "max_restarts": RETRIES,
                      "max_task_retries": RETRIES, "namespace": NAMESPACE,
-                     "max_concurrency": 2}  # restore() in one thread, progress() in the other
+                     "max_concurrency": 2 * jobs}  # each unit's restore() in a thread, its progress() in another
         if not gpus:  # a cluster without GPUs runs its actors on the CPU, whatever this machine has
             options = dataclasses.replace(options, device="cpu", gpus=None)
         self.options = options  # as the actors have them: the split jobs' work directories are named by them
         run = f"{socket.gethostname()}-{os.getpid()}"
         self.handles = [actor.options(name=f"{run}-{i}", **placement).remote(options) for i in range(count)]
         self.loads = [ActorLoad(where) for where in ray.get([h.where.remote() for h in self.handles])]
-        self._idle: queue.Queue[int] = queue.Queue()
-        for i in range(count):
-            self._idle.put(i)
+        self._free: queue.Queue[int] = queue.Queue()  # an actor index per free slot: each actor first
+        for _ in range(jobs):
+            for i in range(count):
+                self._free.put(i)
+        self.slots = count * jobs
+        self._tickets = itertools.count()
         self._running: set[Any] = set()
         self._lock = threading.Lock()
         self._interrupted = False
 
     def parallel_jobs(self, requested: int) -> int:
-        """Files at once: one per actor (each actor's engine runs one file at a time)."""
-        return len(self.handles)
+        """Files at once: ``jobs`` per actor, as the cluster was built."""
+        return self.slots
 
     def check(self, inputs: Sequence[Path], output_dir: Path) -> None:
         """Every actor can read every input and write OUTDIR, else a UsageError before any work."""
@@ -175,8 +188,8 @@ class ClusterEngine:
 
     def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
                 on_frame: FrameCallback | None = None) -> Summary:
-        """Restore ``input`` into ``output``: on the next idle actor, or split into segments across
-        every idle actor when it is long (see the module's docstring); progress comes to ``on_frame``."""
+        """Restore ``input`` into ``output``: on the next free slot, or split into segments across
+        the free slots when it is long (see the module's docstring); progress comes to ``on_frame``."""
         job = job or JobOptions()
         source = Path(input).resolve()
         split = self._segments(source, job) if output is not None else None
@@ -206,7 +219,7 @@ class ClusterEngine:
 
     def _restore_split(self, input: Path, output: Path, job: JobOptions, info: VideoInfo, units: list[SegmentUnit],
                        on_frame: FrameCallback | None) -> Summary:
-        """A long video's segments on the idle actors, then OUTPUT assembled here. The driver holds
+        """A long video's segments on the actors' free slots, then OUTPUT assembled here. The driver holds
         OUTPUT (its temporary file) from the start, so a wrong path fails before any work."""
         started = time.perf_counter()
         check_paths(input, output, job.overwrite, CONTAINERS)
@@ -219,7 +232,7 @@ class ClusterEngine:
                 done = store.finished()
                 todo = [u for u in units if u.segment not in done]
                 refs: set[Any] = set()  # this file's running units, cancelled if one fails
-                with ThreadPoolExecutor(len(self.handles), thread_name_prefix="segment") as pool:
+                with ThreadPoolExecutor(self.slots, thread_name_prefix="segment") as pool:
                     futures = [pool.submit(self._on_actor, "restore_segment",
                                            (str(input), str(output), job, unit, self.planned_frames), on_frame, refs)
                                for unit in todo]
@@ -241,15 +254,15 @@ class ClusterEngine:
 
     def _on_actor(self, method: str, args: tuple, on_frame: FrameCallback | None,
                   refs: set[Any] | None = None) -> Summary:
-        """``method(*args)`` on the next idle actor, its progress polled into ``on_frame``."""
+        """``method(*args)`` on the next actor with a free slot, its progress polled into ``on_frame``."""
         ray = _ray()
         if self._interrupted:
             raise KeyboardInterrupt
-        slot = self._idle.get()
+        slot = self._free.get()
         handle, load = self.handles[slot], self.loads[slot]
-        ref = None
+        ref, ticket = None, next(self._tickets)
         try:
-            ref = getattr(handle, method).remote(*args)
+            ref = getattr(handle, method).remote(ticket, *args)
             with self._lock:
                 self._running.add(ref)
                 if refs is not None:
@@ -257,7 +270,7 @@ class ClusterEngine:
             seen = (0, 0)
             while not ray.wait([ref], timeout=POLL_SECONDS)[0]:
                 try:
-                    now = ray.get(handle.progress.remote(), timeout=POLL_SECONDS)
+                    now = ray.get(handle.progress.remote(ticket), timeout=POLL_SECONDS)
                 except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
                     continue  # restarting: its unit starts again
                 if on_frame is not None and now[0] > seen[0]:
@@ -277,7 +290,7 @@ class ClusterEngine:
         finally:
             with self._lock:
                 self._running.discard(ref)
-            self._idle.put(slot)
+            self._free.put(slot)
 
     def _cancel(self, refs: set[Any]) -> None:
         ray = _ray()
