@@ -4,8 +4,9 @@ on this machine's GPU, side by side in one run, each a ``gpen-video`` process as
 
 - short clips: ``--clips`` one-face 1080p clips of ``--seconds`` each, one batch;
 - a long clip: one clip of ``--long-seconds``, which ``--ray`` splits into ``--segment-frames``
-  segments (on one GPU they run one after another on its one actor: the overhead of decoding
-  each segment's context again, and of assembling OUTPUT on the driver).
+  segments (on one GPU its one actor runs ``--jobs`` of them at once: the overhead of decoding
+  each segment's context again, and of assembling OUTPUT on the driver); ``--long-seconds 0``
+  leaves it out.
 
 Prints the seconds of each and ``ray_over_plain`` ratios.
 
@@ -52,10 +53,13 @@ def main() -> None:
         first = build_clip(SHARED / SOURCE, clips / "clip00.mp4", args.seconds, size)
         for i in range(1, args.clips):  # the same frames: building each costs as much as restoring it
             (clips / f"clip{i:02d}.mp4").write_bytes(first.read_bytes())
-        build_clip(SHARED / SOURCE, long / "long.mp4", args.long_seconds, size)
+        batches = [("clips", clips)]
+        if args.long_seconds:
+            build_clip(SHARED / SOURCE, long / "long.mp4", args.long_seconds, size)
+            batches.append(("long", long))
         home = root / "home"
         timed_cli(home, first, root / "warm.mp4", *flags)  # the compile cache, once for both
-        for name, folder in (("clips", clips), ("long", long)):
+        for name, folder in batches:
             plain, _ = timed_cli(home, folder, root / f"{name}-plain", *flags)
             ray, _ = timed_cli(home, folder, root / f"{name}-ray", *flags, "--ray", "local")
             plain, ray = round(plain, 2), round(ray, 2)
