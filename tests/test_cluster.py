@@ -158,3 +158,16 @@ def test_a_killed_driver_resumes_from_the_finished_segments_and_comes_out_the_sa
     assert resumed.returncode == 0, resumed.stderr
     assert not work.exists()
     _assert_same_outputs(alone, out)
+
+
+def test_each_actor_asks_for_its_node_s_cores_per_gpu_and_fits_on_every_node():
+    from gpen_video.pipeline.cluster import cpus_per_actor
+
+    def node(cpus: float, gpus: float = 0, alive: bool = True) -> dict:
+        return {"Alive": alive, "Resources": {"CPU": cpus, **({"GPU": gpus} if gpus else {})}}
+
+    assert cpus_per_actor([node(16, 1)], gpus=1, actors=1) == 16  # not one: Ray would give torch one thread
+    assert cpus_per_actor([node(16, 1), node(64, 8), node(32, 0)], gpus=9, actors=9) == 8  # the GPU nodes' fewest
+    assert cpus_per_actor([node(2)], gpus=0, actors=2) == 1  # two CPU actors on a two-core machine
+    assert cpus_per_actor([node(8), node(4), node(96, alive=False)], gpus=0, actors=2) == 4
+    assert cpus_per_actor([node(1, 2)], gpus=2, actors=2) == 1  # never less than one

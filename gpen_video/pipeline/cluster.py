@@ -130,6 +130,20 @@ def _ray() -> Any:
     return ray
 
 
+def cpus_per_actor(nodes: list[dict], gpus: int, actors: int) -> int:
+    """The CPU cores each actor asks Ray for: its node's cores per GPU (per actor on a cluster
+    without GPUs), on the node with the fewest, so that every actor fits on any node. The encoder
+    needs them, and Ray gives an actor's torch and OpenMP as many threads as it asked for cores
+    (one, had it asked for one)."""
+    alive = [node["Resources"] for node in nodes if node.get("Alive")]
+    if gpus:
+        shares = [r.get("CPU", 0) / r["GPU"] for r in alive if r.get("GPU")]
+    else:
+        per_node = -(-actors // max(len(alive), 1))
+        shares = [r.get("CPU", 0) / per_node for r in alive]
+    return max(1, int(min(shares, default=1)))
+
+
 class ClusterEngine:
     """The batch's engine on a Ray cluster: :meth:`restore` runs a file on an actor with a free
     slot and returns its summary, as :meth:`Engine.restore` does on this machine. ``address`` is
@@ -154,7 +168,8 @@ class ClusterEngine:
         gpus = int(ray.cluster_resources().get("GPU", 0))
         count = actors or gpus or sum(1 for node in ray.nodes() if node.get("Alive"))
         actor = ray.remote(RestoreActor)
-        placement = {"num_gpus": 1 if gpus else 0, "num_cpus": 1, "max_restarts": RETRIES,
+        placement = {"num_gpus": 1 if gpus else 0, "num_cpus": cpus_per_actor(ray.nodes(), gpus, count),
+                     "max_restarts": RETRIES,
                      "max_task_retries": RETRIES, "namespace": NAMESPACE,
                      "max_concurrency": 2 * jobs}  # each unit's restore() in a thread, its progress() in another
         if not gpus:  # a cluster without GPUs runs its actors on the CPU, whatever this machine has
