@@ -43,6 +43,8 @@ VARIANTS = {
     "encode-only": "the encoder alone: the clip's frames decoded into memory first, only the encoding timed",
     "switch-1ms": "the whole pipeline, a 1 ms GIL switch interval instead of 5 ms",
     "switch-0.25ms": "the whole pipeline, a 0.25 ms GIL switch interval",
+    "in-flight-2x": "the whole pipeline, twice the frames in flight between the decoder and the encoder",
+    "whole-batches": "the whole pipeline, batches of 16 frames at any frame size (4K's have 4: run AK)",
 }
 #: variant -> sys.setswitchinterval: how long a thread waiting for the GIL waits before it asks for it
 SWITCH_INTERVALS = {"switch-1ms": 0.001, "switch-0.25ms": 0.00025}
@@ -83,6 +85,23 @@ def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
     finally:
         done.set()
         thread.join()
+
+
+@contextlib.contextmanager
+def _sized(variant: str) -> Iterator[None]:
+    """The pipeline's frames in flight doubled (``in-flight-2x``), or its batches of frames kept at
+    ``--batch-size`` whatever the frame size (``whole-batches``), for the block."""
+    from gpen_video.pipeline import engine, job
+
+    saved = job.frames_in_flight, engine.frames_per_batch
+    if variant == "in-flight-2x":
+        job.frames_in_flight = lambda *args: 2 * saved[0](*args)
+    if variant == "whole-batches":
+        engine.frames_per_batch = lambda batch_size, pixels: batch_size
+    try:
+        yield
+    finally:
+        job.frames_in_flight, engine.frames_per_batch = saved
 
 
 @contextlib.contextmanager
@@ -148,7 +167,7 @@ def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
             busy["detect_batches_alongside"] = batches[0]
         else:
             device = {"gpus": [0]} if args.device == "cuda" else {"device": "cpu"}
-            with _timed_queue_waits() as waits:
+            with _timed_queue_waits() as waits, _sized(variant):
                 summary = restore_video(clip, out, **device, compile="on", weights=args.weights,
                                         decoder=decoder or "cpu", detector="retinaface-mobile",
                                         detector_weights=args.detector_weights, preset=args.preset,
