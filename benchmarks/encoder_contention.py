@@ -31,6 +31,7 @@ VARIANTS = {
     "transcode-held": "up to 192 decoded frames waiting for the encoder instead of 64 (the pipeline holds ~150)",
     "transcode-detecting": "a thread detecting faces in 16 random frames, over and over, on the device",
     "no-faces": "the whole pipeline, every face filtered out by size: detection and tracking, no restoration",
+    "no-detection": "the pipeline's threads alone: every frame outside the time range, none detected or staged",
     "default": "the whole pipeline",
     "batch-8": "the whole pipeline, batches of 8 frames instead of 16 (fewer frames in flight)",
     "torch-threads-1": "the whole pipeline, torch.set_num_threads(1)",
@@ -88,20 +89,23 @@ def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
 
 
 @contextlib.contextmanager
-def _sized(variant: str) -> Iterator[None]:
-    """The pipeline's frames in flight doubled (``in-flight-2x``), or its batches of frames kept at
-    ``--batch-size`` whatever the frame size (``whole-batches``), for the block."""
+def _altered(variant: str) -> Iterator[None]:
+    """For the block, the pipeline's frames in flight doubled (``in-flight-2x``), its batches of
+    frames kept at ``--batch-size`` whatever the frame size (``whole-batches``), or every frame
+    taken to lie outside the time range (``no-detection``, run with ``--start 0``)."""
     from gpen_video.pipeline import engine, job
 
-    saved = job.frames_in_flight, engine.frames_per_batch
+    saved = job.frames_in_flight, engine.frames_per_batch, job.TimeRange.tracks
     if variant == "in-flight-2x":
         job.frames_in_flight = lambda *args: 2 * saved[0](*args)
     if variant == "whole-batches":
         engine.frames_per_batch = lambda batch_size, pixels: batch_size
+    if variant == "no-detection":
+        job.TimeRange.tracks = lambda span, time: False
     try:
         yield
     finally:
-        job.frames_in_flight, engine.frames_per_batch = saved
+        job.frames_in_flight, engine.frames_per_batch, job.TimeRange.tracks = saved
 
 
 @contextlib.contextmanager
@@ -167,11 +171,12 @@ def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
             busy["detect_batches_alongside"] = batches[0]
         else:
             device = {"gpus": [0]} if args.device == "cuda" else {"device": "cpu"}
-            with _timed_queue_waits() as waits, _sized(variant):
+            with _timed_queue_waits() as waits, _altered(variant):
                 summary = restore_video(clip, out, **device, compile="on", weights=args.weights,
                                         decoder=decoder or "cpu", detector="retinaface-mobile",
                                         detector_weights=args.detector_weights, preset=args.preset,
                                         min_face=1e9 if variant == "no-faces" else 0.0,
+                                        start=0.0 if variant == "no-detection" else None,
                                         strength=0.0 if variant == "strength-0" else 1.0,
                                         batch_size=8 if variant == "batch-8" else 16,
                                         encoder_threads=args.capped_threads if variant == "capped" else 0,

@@ -153,7 +153,7 @@ def test_gpu_busy_share_tells_a_busy_gpu_from_an_idle_one():
 
 def test_encoder_contention_smoke(tmp_path, golden):
     rows = {r["variant"]: r for r in _smoke("encoder_contention.py", tmp_path, golden,
-                                            "--variants", "transcode,transcode-planes,encode-only,no-faces,default:cpu")}
+                                            "--variants", "transcode,transcode-planes,encode-only,no-faces,no-detection,default:cpu")}
     assert all(r["fps"] > 0 for r in rows.values())
     # The thread accounting names the pipeline's device worker, and adds up to no more than the process used.
     for row in rows.values():
@@ -162,6 +162,7 @@ def test_encoder_contention_smoke(tmp_path, golden):
         assert all(row["busiest_thread_s"][k] <= v for k, v in row["thread_cpu_s"].items())
     assert rows["default:cpu"]["thread_cpu_s"]["worker-cpu"] > 0
     assert "restore[cpu]" not in rows["no-faces"]["busy"] and "restore[cpu]" in rows["default:cpu"]["busy"]
+    assert not any(stage.startswith("detect") for stage in rows["no-detection"]["busy"])
     assert 0 < rows["default:cpu"]["busy"]["encode waiting for its queue"] < 1
     assert rows["encode-only"]["output_bytes"] == rows["transcode"]["output_bytes"]  # the same frames encoded
 
