@@ -102,6 +102,7 @@ def test_decoder_bench_smoke(tmp_path, golden):
         assert row["over_transcode"] == round(row["fps"] / numbers[f"{clip}_transcode_fps"], 3), clip
         assert row["over_encode_only"] == round(row["fps"] / numbers[f"{clip}_encode_only_fps"], 3), clip
         assert 0 < row["pipeline_cpu_ms_per_frame"] <= row["process_cpu_ms_per_frame"], clip
+        assert 0 < row["first_frame_s"] and row["after_first_frame_fps"] > 0, clip
         assert row["thread_cpu_s"] and all(k.startswith(("decode", "track", "encode", "worker-"))
                                            for k in row["thread_cpu_s"]), clip
     assert numbers["crowd_cpu"]["faces_per_s"] > 0
