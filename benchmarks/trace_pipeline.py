@@ -32,11 +32,12 @@ from pipeline_bench import build_clip
 from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from gpen_video import transfer
 from gpen_video.api import restore_video
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.media.colour import PlaneLayout
 from gpen_video.pipeline.scheduler import WorkerPool, _Tasks
-from gpen_video.worker import device, restorer, transfer
+from gpen_video.worker import device, restorer
 from gpen_video.worker.compose import Compositor
 
 #: (owner, attribute, label): the worker's steps, labelled in the trace.

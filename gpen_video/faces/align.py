@@ -7,7 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..worker.transfer import to_device
+from ..transfer import to_device
 
 #: The 5-point template GPEN's ``align_faces.py`` starts from: a 96x112 face crop (eyes, nose tip,
 #: mouth corners), the widely used SphereFace/ArcFace reference points.

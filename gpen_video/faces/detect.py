@@ -15,7 +15,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from ..model.graphs import GraphedModel, padded
 from ..model.weights import WeightsError, helper_weights
-from ..worker.transfer import Pending, to_device, to_host
+from ..transfer import Pending, to_device, to_host
 
 #: Detector name -> (facexlib network name, official facexlib download URL).
 DETECTORS = {

@@ -23,8 +23,8 @@ from typing import Protocol
 import torch
 
 from ..media.source import SourceFrame
+from ..transfer import Pending
 from ..worker.messages import DetectBatch, Detected, RestoreBatch, Restored, ToEncode, Worker
-from ..worker.transfer import Pending
 
 #: Restoration batches a worker keeps queued on its device before it collects the oldest.
 QUEUED_RESTORATIONS = 2

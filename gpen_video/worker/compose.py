@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..faces.align import invert_affine, sampling_grid
-from .transfer import to_device
+from ..transfer import to_device
 
 #: The official paste-back mask: a rectangle inset 26 px of 512, Gaussian-blurred twice (101 px, sigma 4).
 _MASK_MARGIN = 26 / 512

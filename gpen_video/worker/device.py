@@ -25,9 +25,9 @@ from ..faces.track import gray_thumbnails, thumbnail_means
 from ..media.colour import pack_planes, packed_size, packed_to_frame, unpack_planes
 from ..media.source import SourceFrame
 from ..options import RestoreOptions
+from ..transfer import Pending, to_device, to_host
 from .messages import FaceSpec, Restored
 from .restorer import FaceRestorer
-from .transfer import Pending, to_device, to_host
 
 
 def stage_planes(frame: av.VideoFrame, pinned: bool) -> torch.Tensor:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from ..faces.track import TrackedFrame
     from ..media.source import SourceFrame
-    from .transfer import Pending
+    from ..transfer import Pending
 
 
 
@@ -42,7 +42,7 @@ class Restored:
 
 class Worker(Protocol):
     """A device's detector and restorer, as the pipeline uses it: work is queued and returns at
-    once, its result collected later (:class:`~.transfer.Pending`)."""
+    once, its result collected later (:class:`~gpen_video.transfer.Pending`)."""
 
     device: torch.device
     compiled: bool  # torch.compile and CUDA graphs

@@ -35,10 +35,10 @@ from ..faces.detect import Face
 from ..media.colour import PlaneLayout, packed_to_frame
 from ..media.source import SourceFrame
 from ..options import RestoreOptions
+from ..transfer import Pending
 from .device import DeviceWorker
 from .messages import FaceSpec, Restored
 from .shared import SharedFrames, SlotRef
-from .transfer import Pending
 
 #: Requests the process keeps queued on its device before it answers the oldest.
 QUEUED_REQUESTS = 2
