@@ -293,7 +293,8 @@ class NvdecDecoder:
             raise
         except Exception as exc:  # NVDEC's own errors: handled as a packet that did not decode
             raise av.InvalidDataError(0, f"NVDEC: {error_line(exc)}") from exc
-        return self._finished(len(self.in_flight) if flushing else len(self.in_flight) - 1)
+        # One packet late: the newest pictures' copies run while the next packet decodes.
+        return self._finished(len(self.in_flight) if flushing else max(len(self.in_flight) - 1, 0))
 
     def _queue_copies(self, surfaces: list) -> None:
         """Pack each surface on the decoder's stream and queue its copy to pinned memory; return
@@ -321,8 +322,9 @@ class NvdecDecoder:
 
     def _finished(self, count: int) -> list[Decoded]:
         """The oldest ``count`` packets' pictures, once their copies are done, as the encoder's frames."""
+        finished, self.in_flight = self.in_flight[:count], self.in_flight[count:]
         decoded = []
-        for done in self.in_flight[: max(count, 0)]:
+        for done in finished:
             done.copied.synchronize()
             for pts, planes, host in done.pictures:
                 frame = packed_to_frame(host.numpy(), self.like)  # with the template's colour tags
@@ -330,5 +332,4 @@ class NvdecDecoder:
                 frame.pts = None if pts == _NO_PTS else pts
                 frame.time_base, frame.duration = self.time_base, duration
                 decoded.append(Decoded(frame, planes, damaged))
-        del self.in_flight[: max(count, 0)]
         return decoded
