@@ -154,7 +154,7 @@ def test_gpu_busy_share_tells_a_busy_gpu_from_an_idle_one():
 
 def test_encoder_contention_smoke(tmp_path, golden):
     rows = {r["variant"]: r for r in _smoke("encoder_contention.py", tmp_path, golden,
-                                            "--variants", "transcode,transcode-planes,encode-only,no-faces,no-detection,default:cpu")}
+                                            "--variants", "transcode,transcode-planes,encode-only,encode-beside-python,no-faces,no-detection,default:cpu")}
     assert all(r["fps"] > 0 for r in rows.values())
     # The thread accounting names the pipeline's device worker, and adds up to no more than the process used.
     for row in rows.values():
@@ -166,6 +166,8 @@ def test_encoder_contention_smoke(tmp_path, golden):
     assert not any(stage.startswith("detect") for stage in rows["no-detection"]["busy"])
     assert 0 < rows["default:cpu"]["busy"]["encode waiting for its queue"] < 1
     assert rows["encode-only"]["output_bytes"] == rows["transcode"]["output_bytes"]  # the same frames encoded
+    assert rows["encode-beside-python"]["output_bytes"] == rows["transcode"]["output_bytes"]
+    assert rows["encode-beside-python"]["thread_cpu_s"]["python-beside"] > 0  # the GIL's other taker ran
 
 
 def test_compare_versions_smoke(tmp_path, golden):
