@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: name -> what it adds to a plain transcode (decode thread + encode thread, the tool's reader/writer)
@@ -64,6 +64,25 @@ def _blocking_sync() -> None:
 
 
 @contextlib.contextmanager
+def _repeating(step: Callable[[], None], name: str) -> Iterator[list[int]]:
+    """A thread named ``name`` running ``step`` over and over until the block ends; yields [steps run]."""
+    done, count = threading.Event(), [0]
+
+    def loop() -> None:
+        while not done.is_set():
+            step()
+            count[0] += 1
+
+    thread = threading.Thread(target=loop, name=name)
+    thread.start()
+    try:
+        yield count
+    finally:
+        done.set()
+        thread.join()
+
+
+@contextlib.contextmanager
 def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
     """A thread running the detector on 16 random 1080p frames until the block ends; yields
     [batches detected]."""
@@ -74,42 +93,17 @@ def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
     detector = FaceDetector("retinaface-mobile", detector_weights, device=device)
     frames = torch.randint(0, 255, (16, 3, 1080, 1920), dtype=torch.uint8, device=device)
     detector.detect_rgb(frames)  # first call: cuDNN picks its kernels
-    done, count = threading.Event(), [0]
-
-    def loop() -> None:
-        while not done.is_set():
-            detector.detect_rgb(frames)
-            count[0] += 1
-
-    thread = threading.Thread(target=loop, name="detecting")
-    thread.start()
-    try:
+    with _repeating(lambda: detector.detect_rgb(frames), "detecting") as count:
         yield count
-    finally:
-        done.set()
-        thread.join()
 
 
-@contextlib.contextmanager
-def _python_beside() -> Iterator[None]:
-    """A thread that runs pure Python for 1 ms, then sleeps 2 ms, until the block ends: a third
-    of the interpreter lock taken in short spells, as the pipeline's Python threads take it."""
-    done = threading.Event()
-
-    def loop() -> None:
-        while not done.is_set():
-            until = time.perf_counter() + 0.001
-            while time.perf_counter() < until:
-                pass
-            time.sleep(0.002)
-
-    thread = threading.Thread(target=loop, name="python-beside")
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
+def _python_spell() -> None:
+    """1 ms of pure Python, then 2 ms asleep: a third of the interpreter lock taken in a short
+    spell, as the pipeline's Python threads take it."""
+    until = time.perf_counter() + 0.001
+    while time.perf_counter() < until:
+        pass
+    time.sleep(0.002)
 
 
 @contextlib.contextmanager
@@ -178,7 +172,8 @@ def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
     before = resource.getrusage(resource.RUSAGE_SELF)
     with ThreadCPU() as cpu:
         if variant.startswith("encode-"):
-            with _python_beside() if variant == "encode-beside-python" else contextlib.nullcontext():
+            with _repeating(_python_spell, "python-beside") if variant == "encode-beside-python" \
+                    else contextlib.nullcontext():
                 start = time.perf_counter()
                 fps = encode_only_fps(clip, out, RestoreOptions(preset=args.preset))
                 seconds = time.perf_counter() - start
