@@ -64,28 +64,32 @@ def _blocking_sync() -> None:
 
 
 @contextlib.contextmanager
-def _repeating(step: Callable[[], None], name: str) -> Iterator[list[int]]:
-    """A thread named ``name`` running ``step`` over and over until the block ends; yields [steps run]."""
-    done, count = threading.Event(), [0]
+def _repeating(step: Callable[[], None], name: str) -> Iterator[dict[str, float]]:
+    """A thread named ``name`` running ``step`` over and over until the block ends; yields
+    {"steps": steps run, "cpu_s": the thread's CPU seconds}, filled in when the block ends. The
+    thread reads its own CPU time: the thread sampler (thread_cpu.py) loses a thread's last
+    interval, which on a short run is all of it."""
+    done, record = threading.Event(), {"steps": 0, "cpu_s": 0.0}
 
     def loop() -> None:
         while not done.is_set():
             step()
-            count[0] += 1
+            record["steps"] += 1
+        record["cpu_s"] = round(time.thread_time(), 3)
 
     thread = threading.Thread(target=loop, name=name)
     thread.start()
     try:
-        yield count
+        yield record
     finally:
         done.set()
         thread.join()
 
 
 @contextlib.contextmanager
-def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
-    """A thread running the detector on 16 random 1080p frames until the block ends; yields
-    [batches detected]."""
+def _detecting(device: str, detector_weights: str) -> Iterator[dict[str, float]]:
+    """A thread running the detector on 16 random 1080p frames until the block ends; yields what
+    :func:`_repeating` does."""
     import torch
 
     from gpen_video.faces.detect import FaceDetector
@@ -93,8 +97,8 @@ def _detecting(device: str, detector_weights: str) -> Iterator[list[int]]:
     detector = FaceDetector("retinaface-mobile", detector_weights, device=device)
     frames = torch.randint(0, 255, (16, 3, 1080, 1920), dtype=torch.uint8, device=device)
     detector.detect_rgb(frames)  # first call: cuDNN picks its kernels
-    with _repeating(lambda: detector.detect_rgb(frames), "detecting") as count:
-        yield count
+    with _repeating(lambda: detector.detect_rgb(frames), "detecting") as record:
+        yield record
 
 
 def _python_spell() -> None:
@@ -152,7 +156,8 @@ def _timed_queue_waits() -> Iterator[dict[str, float]]:
 
 def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
     """One variant (``name`` or ``name:decoder``), in this process: fps, CPU seconds of the process
-    and of each thread group."""
+    and of each thread group, and the steps and CPU seconds of the thread a variant runs alongside
+    (``alongside``: ``transcode-detecting``'s batches, ``encode-beside-python``'s spells)."""
     variant, _, decoder = spec.partition(":")
     if variant == "blocking-sync":
         _blocking_sync()
@@ -170,25 +175,22 @@ def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
     out = clip.with_name(f"{variant}-{decoder or 'cpu'}.mp4")
     busy: dict[str, float] = {}
     before = resource.getrusage(resource.RUSAGE_SELF)
-    with ThreadCPU() as cpu:
+    beside = _repeating(_python_spell, "python-beside") if variant == "encode-beside-python" \
+        else _detecting(args.device, args.detector_weights) if variant == "transcode-detecting" \
+        else contextlib.nullcontext({})
+    with ThreadCPU() as cpu, beside as alongside:
         if variant.startswith("encode-"):
-            with _repeating(_python_spell, "python-beside") if variant == "encode-beside-python" \
-                    else contextlib.nullcontext():
-                start = time.perf_counter()
-                fps = encode_only_fps(clip, out, RestoreOptions(preset=args.preset))
-                seconds = time.perf_counter() - start
+            start = time.perf_counter()
+            fps = encode_only_fps(clip, out, RestoreOptions(preset=args.preset))
+            seconds = time.perf_counter() - start
         elif variant.startswith("transcode"):
-            detecting = _detecting(args.device, args.detector_weights) if variant == "transcode-detecting" \
-                else contextlib.nullcontext([0])
-            with detecting as batches:
-                start = time.perf_counter()
-                settings = RestoreOptions(preset=args.preset,
-                                          encoder_threads=args.capped_threads if variant == "transcode-capped" else 0)
-                fps = transcode_fps(clip, out, settings, planes=variant == "transcode-planes",
-                                    queued=192 if variant == "transcode-held" else 64,
-                                    staged=variant == "transcode-staged")
-                seconds = time.perf_counter() - start
-            busy["detect_batches_alongside"] = batches[0]
+            start = time.perf_counter()
+            settings = RestoreOptions(preset=args.preset,
+                                      encoder_threads=args.capped_threads if variant == "transcode-capped" else 0)
+            fps = transcode_fps(clip, out, settings, planes=variant == "transcode-planes",
+                                queued=192 if variant == "transcode-held" else 64,
+                                staged=variant == "transcode-staged")
+            seconds = time.perf_counter() - start
         else:
             device = {"gpus": [0]} if args.device == "cuda" else {"device": "cpu"}
             with _timed_queue_waits() as waits, _altered(variant):
@@ -208,7 +210,7 @@ def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
     return {"variant": spec, "fps": round(fps, 1), "seconds": round(seconds, 2),
             "process_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
             "output_bytes": out.stat().st_size, "busy": busy, "thread_cpu_s": cpu.by_group(),
-            "busiest_thread_s": cpu.busiest()}
+            "busiest_thread_s": cpu.busiest(), "alongside": alongside}
 
 
 def main() -> None:

@@ -167,7 +167,9 @@ def test_encoder_contention_smoke(tmp_path, golden):
     assert 0 < rows["default:cpu"]["busy"]["encode waiting for its queue"] < 1
     assert rows["encode-only"]["output_bytes"] == rows["transcode"]["output_bytes"]  # the same frames encoded
     assert rows["encode-beside-python"]["output_bytes"] == rows["transcode"]["output_bytes"]
-    assert rows["encode-beside-python"]["thread_cpu_s"]["python-beside"] > 0  # the GIL's other taker ran
+    beside = rows["encode-beside-python"]["alongside"]  # the GIL's other taker ran (its own CPU clock)
+    assert beside["steps"] > 0 and 0 < beside["cpu_s"] <= rows["encode-beside-python"]["process_cpu_s"] + 0.1
+    assert all(rows[v]["alongside"] == {} for v in ("transcode", "encode-only", "default:cpu"))
 
 
 def test_compare_versions_smoke(tmp_path, golden):
