@@ -87,6 +87,28 @@ def test_with_tracks_only_the_chosen_faces_change_and_ids_are_the_clips(small_gp
         assert not (changed & ~_reach(faces[:1], changed.shape)).any(), "a face not chosen changed"
 
 
+def test_an_interlaced_frame_is_previewed_field_by_field_as_a_render_restores_it(small_gpen, tmp_path):
+    """Six top-field-first frames, a cut to a shot without faces at the second field of frame 3:
+    the panels (frames 1, 3 and 5) are the frames a render with --smooth 0 (each picture's own
+    landmarks, as a preview restores) makes, field by field, within the rounding of a GPEN
+    batch of another size; frame 5, both fields after the cut, is left as decoded; a face seen
+    in both fields of frame 1 counts once."""
+    clip = corpus.interlaced(tmp_path / "interlaced.mp4", top_first=True)
+    sheet, rendered = tmp_path / "sheet.png", tmp_path / "rendered.mkv"
+    run = gpen_video(small_gpen, clip, sheet, "--preview", "3")
+    assert run.returncode == 0, run.stderr
+    assert "3 frames from 6 decoded, 2 faces restored" in run.stderr
+    assert gpen_video(small_gpen, clip, rendered, "--codec", "ffv1", "--smooth", "0").returncode == 0
+    info = probe(clip)
+    assert preview_times(info, None, 3) == pytest.approx((0.04, 0.12, 0.2))
+    decoded, restored = read_frames(clip), read_frames(rendered)
+    by_render = [(source.rgb(), render.rgb()) for source, render in zip(decoded, restored, strict=True)]
+    for k, (_, right) in zip((1, 3, 5), _rows(sheet, info.height, info.width, 3), strict=True):
+        original, render = by_render[k]
+        assert np.abs(right.astype(int) - render.astype(int)).max() <= 3, f"frame {k}"
+        assert (right != original).any() == (k != 5), f"frame {k}"
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--preview", "0"], "--preview must be in [1, 64], got 0"),
     (["--preview", "2", "--tracks-out", "t.json"], "--preview writes only the contact sheet; it cannot be "

@@ -106,13 +106,21 @@ class PanelCapture:
         self.warnings: list[str] = []
         self.restored: av.VideoFrame | None = None
         self.boxes: list[Box] = []
+        self._by_track: dict[int, Box] = {}
 
     def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
         self.restored = restored
 
     def add(self, frame: TrackedFrame, field: int | None, in_range: bool, restored: list[bool]) -> None:
-        self.boxes = [Box(face.box, str(face.track) if self.labelled else "", was)
-                      for face, was in zip(frame.faces, restored)]
+        """The faces of the frame, or of one of its fields: an interlaced frame's two fields each
+        add theirs, and a face (a track) seen in both is boxed once, where the first field saw it,
+        as restored if either field restored it."""
+        for face, was in zip(frame.faces, restored):
+            if face.track in self._by_track:
+                self._by_track[face.track].restored |= was
+            else:
+                self._by_track[face.track] = Box(face.box, str(face.track) if self.labelled else "", was)
+                self.boxes.append(self._by_track[face.track])
 
     def close(self) -> None:
         """Nothing to finish: :meth:`panel` reads what was kept."""

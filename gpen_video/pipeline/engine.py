@@ -477,7 +477,8 @@ class Engine:
                 on_frame: FrameCallback | None = None) -> Summary:
         """``--preview``: ``output``, a contact sheet of ``panels`` frames evenly spaced over the
         video (over ``--start``/``--end`` if given), each decoded beside restored, its faces boxed.
-        It seeks to each frame and restores it alone, as a photo: a long clip takes seconds. With
+        It seeks to each frame and restores it alone, as a photo (an interlaced frame as its two
+        fields, as a render restores them): a long clip takes seconds. With
         ``--tracks`` or ``--faces``, the first pass a render makes numbers the tracks (it reads
         the whole clip), and the frames are restored and labelled with them."""
         input, output = Path(input), Path(output)
@@ -485,9 +486,6 @@ class Engine:
             raise UsageError(f"--preview samples the frames of a video; {input.name} is an image")
         check_paths(input, output, overwrite, IMAGE_EXTENSIONS)
         info = self._probe_video(input)
-        if info.fields is not None:
-            raise UsageError(f"--preview does not take interlaced video yet ({input.name} is {info.fields.name}); "
-                             f"render a short --start/--end stretch instead")
         times = preview_times(info, self.options.time_range, panels)
         writer = ImageWriter(output, overwrite)
         started = time.perf_counter()
@@ -504,8 +502,8 @@ class Engine:
                 capture = PanelCapture(frame, labelled=survey is not None)
                 tracker = KnownTracks(survey.kept) if survey is not None else FaceTracker(smooth=0)
                 self._run(photo_source(frame), capture, pool, (capture,), lambda done, found: None,
-                          Pictures(1, info.height, info.width, smooth=0), chosen=chosen, tracker=tracker,
-                          ranged=False)
+                          Pictures(1, info.height, info.width, smooth=0, fields=info.fields, fps=info.fps),
+                          chosen=chosen, tracker=tracker, ranged=False)
                 rows.append(capture.panel())
             writer.write_rgb(contact_sheet(rows, f"{input.name}: as decoded, faces boxed"))
             writer.close()
