@@ -105,8 +105,7 @@ class PanelCapture:
         self.output = Path(f"frame at {frame.time:.3f} s")
         self.warnings: list[str] = []
         self.restored: av.VideoFrame | None = None
-        self.boxes: list[Box] = []
-        self._by_track: dict[int, Box] = {}
+        self.boxes: dict[int, Box] = {}  # by track, in the order the faces came
 
     def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
         self.restored = restored
@@ -116,11 +115,10 @@ class PanelCapture:
         add theirs, and a face (a track) seen in both is boxed once, where the first field saw it,
         as restored if either field restored it."""
         for face, was in zip(frame.faces, restored):
-            if face.track in self._by_track:
-                self._by_track[face.track].restored |= was
+            if face.track in self.boxes:
+                self.boxes[face.track].restored |= was
             else:
-                self._by_track[face.track] = Box(face.box, str(face.track) if self.labelled else "", was)
-                self.boxes.append(self._by_track[face.track])
+                self.boxes[face.track] = Box(face.box, str(face.track) if self.labelled else "", was)
 
     def close(self) -> None:
         """Nothing to finish: :meth:`panel` reads what was kept."""
@@ -131,4 +129,4 @@ class PanelCapture:
     def panel(self) -> Panel:
         original = self.frame.rgb()
         restored = to_rgb(self.restored, self.frame.layout) if self.restored is not None else original
-        return Panel(self.frame.time, original, restored, self.boxes)
+        return Panel(self.frame.time, original, restored, list(self.boxes.values()))
