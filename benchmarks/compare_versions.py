@@ -6,7 +6,8 @@ options of ``restore_video`` (e.g. ``two-workers='{"workers_per_device": 2}'``),
 gives every version the same options (e.g. ``'{"compile": "off"}'`` where the older versions
 spell it so). Each row also has
 every stage's busy share of the run (the summary's), which says where a difference comes from,
-and the process's wall time. A version's fps counts whatever it does inside its measured time
+the process's wall time, and when the job's first picture left each stage (``first_picture_s``,
+from the job's start; versions before the summary had it leave it empty). A version's fps counts whatever it does inside its measured time
 once per job (session 11's code captured the detector's CUDA graph before that time, later
 code inside it): ``--marginal SECONDS`` also runs a clip that long and reports the speed over
 the frames the long clip has beyond it, in which such costs cancel.
@@ -36,9 +37,11 @@ import gpen_video
 from gpen_video.api import restore_video
 assert os.path.realpath(gpen_video.__file__).startswith(os.getcwd()), f"imported {gpen_video.__file__}"
 summary = restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
+first = summary.first_picture() if hasattr(summary, "first_picture") else {}  # older versions lack it
 print(json.dumps({"fps": summary.fps, "faces_per_s": summary.faces / summary.seconds, "frames": summary.frames,
                   "faces": summary.faces, "seconds": summary.seconds,
-                  "busy": {stage: round(s / summary.seconds, 3) for stage, s in sorted(summary.busy.items())}}))
+                  "busy": {stage: round(s / summary.seconds, 3) for stage, s in sorted(summary.busy.items())},
+                  "first_picture_s": {stage: round(s, 3) for stage, s in first.items()}}))
 """
 #: name -> (shared sample, x264 preset): the one-face clip is encoder-bound, the crowd GPU-bound
 CLIPS = {"one-face": ("talking_head_speech_retalking2.mp4", "veryfast"),
@@ -119,16 +122,18 @@ def main() -> None:
                             Path(args.json).write_text(json.dumps(rows, indent=1))
     first = next(iter(versions))
     extra_columns = " marginal fps | marginal faces/s | vs " + first + " |" if args.marginal is not None else ""
-    print(f"\n| clip | version | fps | faces/s | vs {first} | process wall s |{extra_columns}\n"
-          f"|---|---|---|---|---|---|{'---|---|---|' if extra_columns else ''}")
+    print(f"\n| clip | version | fps | faces/s | vs {first} | process wall s | first frame s |{extra_columns}\n"
+          f"|---|---|---|---|---|---|---|{'---|---|---|' if extra_columns else ''}")
     for name in args.clips:
         of = {v: {length: [r for r in rows if r["clip"] == name and r["version"] == v and r["length"] == length]
                   for length in lengths} for v in versions}
         means = {v: {k: mean(of[v]["long"], k) for k in ("fps", "faces_per_s", "wall_s")} for v in versions}
         margins = {v: marginal(of[v]["long"], of[v]["short"]) for v in versions} if args.marginal is not None else {}
         for version, m in means.items():
+            written = [r["first_picture_s"]["written"] for r in of[version]["long"] if r["first_picture_s"]]
             line = (f"| {name} | {version} | {m['fps']:.1f} | {m['faces_per_s']:.1f} | "
-                    f"{m['fps'] / means[first]['fps']:.2f} | {m['wall_s']:.1f} |")
+                    f"{m['fps'] / means[first]['fps']:.2f} | {m['wall_s']:.1f} | "
+                    f"{f'{sum(written) / len(written):.2f}' if written else ''} |")
             if margins:
                 line += (f" {margins[version]['frames']:.1f} | {margins[version]['faces']:.1f} | "
                          f"{margins[version]['frames'] / margins[first]['frames']:.2f} |")

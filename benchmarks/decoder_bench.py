@@ -57,18 +57,21 @@ def decode_only(clip: Path, decoder: str) -> dict[str, float]:
 def render(clip: Path, output: Path, decoder: str, options: dict) -> dict[str, object]:
     """One timed render: fps, faces/s, and CPU ms per frame of the pipeline's threads and of the
     process. The job's fps is split at its first frame written: the seconds until then (the first
-    batches' way through every stage) and the fps after it (the pipeline's throughput, which a
-    longer clip approaches), counted to the render's return, so the engine's closing is in it."""
+    batches' way through every stage, each stage's share in ``first_picture_s``) and the fps after
+    it (the pipeline's throughput, which a longer clip approaches), counted to the render's return,
+    so the engine's closing is in it."""
     cpu = time.process_time()
     with ThreadCPU() as threads:
         summary = restore_video(clip, output, decoder=decoder, **options)
         returned = time.perf_counter()
     cpu = time.process_time() - cpu
-    after_first = returned - summary.first_frame_at
+    first = summary.first_picture()
+    after_first = returned - summary.milestones["written"]
     groups = threads.by_group()
     own = sum(v for k, v in groups.items() if k.startswith(PIPELINE_THREADS))
     return {"fps": round(summary.fps, 1), "faces_per_s": round(summary.faces / summary.seconds, 1),
-            "first_frame_s": round(summary.seconds - after_first, 2),
+            "first_frame_s": round(first["written"], 2),
+            "first_picture_s": {stage: round(seconds, 3) for stage, seconds in first.items()},
             "after_first_frame_fps": round((summary.frames - 1) / after_first, 1),
             "decoder": summary.decoder, "pipeline_cpu_ms_per_frame": round(1000 * own / summary.frames, 2),
             "process_cpu_ms_per_frame": round(1000 * cpu / summary.frames, 2),

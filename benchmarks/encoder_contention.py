@@ -156,8 +156,9 @@ def _timed_queue_waits() -> Iterator[dict[str, float]]:
 
 def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
     """One variant (``name`` or ``name:decoder``), in this process: fps, CPU seconds of the process
-    and of each thread group, and the steps and CPU seconds of the thread a variant runs alongside
-    (``alongside``: ``transcode-detecting``'s batches, ``encode-beside-python``'s spells)."""
+    and of each thread group, the steps and CPU seconds of the thread a variant runs alongside
+    (``alongside``: ``transcode-detecting``'s batches, ``encode-beside-python``'s spells) and, for
+    a render, when its first picture left each stage (``first_picture_s``)."""
     variant, _, decoder = spec.partition(":")
     if variant == "blocking-sync":
         _blocking_sync()
@@ -174,6 +175,7 @@ def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
         sys.setswitchinterval(SWITCH_INTERVALS[variant])
     out = clip.with_name(f"{variant}-{decoder or 'cpu'}.mp4")
     busy: dict[str, float] = {}
+    first_picture: dict[str, float] = {}
     before = resource.getrusage(resource.RUSAGE_SELF)
     beside = _repeating(_python_spell, "python-beside") if variant == "encode-beside-python" \
         else _detecting(args.device, args.detector_weights) if variant == "transcode-detecting" \
@@ -204,12 +206,14 @@ def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:
                                         encoder_threads=args.capped_threads if variant == "capped" else 0,
                                         progress=False, overwrite=True)
             fps, seconds = summary.fps, summary.seconds
+            first_picture = {stage: round(s, 3) for stage, s in summary.first_picture().items()}
             busy = {k: round(v / summary.seconds, 3) for k, v in summary.busy.items()}
             busy.update({f"{name} waiting for its queue": round(s / summary.seconds, 3) for name, s in waits.items()})
     after = resource.getrusage(resource.RUSAGE_SELF)
     return {"variant": spec, "fps": round(fps, 1), "seconds": round(seconds, 2),
             "process_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
-            "output_bytes": out.stat().st_size, "busy": busy, "thread_cpu_s": cpu.by_group(),
+            "output_bytes": out.stat().st_size, "busy": busy, "first_picture_s": first_picture,
+            "thread_cpu_s": cpu.by_group(),
             "busiest_thread_s": cpu.busiest(), "alongside": alongside}
 
 

@@ -7,7 +7,8 @@ Variants, each a fresh process as a user starts it:
 - ``compiled-warm``: ``--compile on`` again, with the cache the cold run left.
 
 For each: the process's wall time, when its first restored frame was written (from the CLI's own
-summary line) and what the engine's start took (weights, workers). Also the seconds that
+summary line), what the engine's start took (weights, workers) and, in ``first_picture_s``, when
+the job's first picture left each stage, from the job's start. Also the seconds that
 ``import gpen_video.pipeline.engine`` takes in a fresh process, and ``steps``: one fresh process
 timing each step of a start by hand (imports, device, checkpoint, layout check, model, detector,
 the first and second call of the detector and of GPEN, and GPEN's first call at another batch
@@ -75,6 +76,7 @@ with torch.no_grad():
 print(json.dumps(steps))
 """
 _FIRST = re.compile(r"first frame written ([\d.]+) s after the start(?: \(of which (.*)\))?")
+_FIRST_PICTURE = re.compile(r"the job's first picture: (.*) into the job")
 
 
 def run_cli(clip: Path, out: Path, home: Path, flags: list[str]) -> dict:
@@ -89,7 +91,13 @@ def run_cli(clip: Path, out: Path, home: Path, flags: list[str]) -> dict:
         for part in found.group(2).split(", "):  # "weights 1.6 s", "workers 0.4 s", "GPEN (compiling) 21.0 s"
             name, seconds, _ = part.rsplit(" ", 2)
             parts[name] = float(seconds)
-    return {"wall_s": round(wall, 2), "first_frame_s": float(found.group(1)) if found else None, **parts}
+    stages = _FIRST_PICTURE.search(done.stderr)
+    first_picture = {}
+    for part in stages.group(1).split(", ") if stages else []:  # "decoded 0.02 s"
+        name, seconds, _ = part.split(" ")
+        first_picture[name] = float(seconds)
+    return {"wall_s": round(wall, 2), "first_frame_s": float(found.group(1)) if found else None, **parts,
+            "first_picture_s": first_picture}
 
 
 def main() -> None:

@@ -103,6 +103,8 @@ def test_decoder_bench_smoke(tmp_path, golden):
         assert row["over_encode_only"] == round(row["fps"] / numbers[f"{clip}_encode_only_fps"], 3), clip
         assert 0 < row["pipeline_cpu_ms_per_frame"] <= row["process_cpu_ms_per_frame"], clip
         assert 0 < row["first_frame_s"] and row["after_first_frame_fps"] > 0, clip
+        assert list(row["first_picture_s"]) == ["decoded", "detected", "tracked", "restored", "written"], clip
+        assert row["first_picture_s"]["written"] == pytest.approx(row["first_frame_s"], abs=0.01), clip
         assert row["thread_cpu_s"] and all(k.startswith(("decode", "track", "encode", "worker-"))
                                            for k in row["thread_cpu_s"]), clip
     assert numbers["crowd_cpu"]["faces_per_s"] > 0
@@ -117,6 +119,9 @@ def test_startup_bench_smoke(tmp_path, golden):
     for variant in ("eager", "compiled-cold", "compiled-warm"):
         row = numbers[variant]
         assert 0 < row["first_frame_s"] < row["wall_s"], variant
+        stages = row["first_picture_s"]
+        assert list(stages) == ["decoded", "detected", "tracked", "restored", "written"], variant
+        assert list(stages.values()) == sorted(stages.values()) and stages["written"] < row["first_frame_s"], variant
         gpen = "GPEN (compiling)" if "GPEN (compiling)" in row else "GPEN"
         parts = [row["workers"], row["weights"], row[gpen]]  # the start's parts: each may round to 0.0 s
         assert min(parts) >= 0 and sum(parts) > 0, variant
@@ -170,6 +175,8 @@ def test_encoder_contention_smoke(tmp_path, golden):
     beside = rows["encode-beside-python"]["alongside"]  # the GIL's other taker ran (its own CPU clock)
     assert beside["steps"] > 0 and 0 < beside["cpu_s"] <= rows["encode-beside-python"]["process_cpu_s"] + 0.1
     assert all(rows[v]["alongside"] == {} for v in ("transcode", "encode-only", "default:cpu"))
+    assert list(rows["default:cpu"]["first_picture_s"]) == ["decoded", "detected", "tracked", "restored", "written"]
+    assert list(rows["no-detection"]["first_picture_s"]) == ["decoded", "tracked", "written"]  # nothing detected
 
 
 def test_compare_versions_smoke(tmp_path, golden):
@@ -183,6 +190,7 @@ def test_compare_versions_smoke(tmp_path, golden):
     assert all(frames[version, "long"] > frames[version, "short"] for version, _ in frames)
     assert all(r["fps"] > 0 and r["faces_per_s"] > 2 * r["fps"] for r in rows)  # the crowd's faces were found
     assert all(0 < r["busy"]["restore[cpu]"] <= 1 for r in rows)
+    assert all(0 < r["first_picture_s"]["written"] < r["seconds"] for r in rows)
 
 
 def test_staging_copy_smoke(tmp_path):

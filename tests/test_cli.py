@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,11 @@ def test_restores_the_sample_with_progress_and_summary(small_gpen, tmp_path):
     assert "100/100" in run.stderr  # the progress bar reached the last frame
     assert "100 frames, 100 faces restored on 100 frames" in run.stderr
     assert "stage busy time:" in run.stderr
+    # Where the job's start went: its first picture through the stages, in their order, each later.
+    first = re.search(r"the job's first picture: (.*) into the job", run.stderr).group(1).split(", ")
+    assert [part.split()[0] for part in first] == ["decoded", "detected", "tracked", "restored", "written"]
+    seconds = [float(part.split()[1]) for part in first]
+    assert seconds == sorted(seconds) and seconds[-1] > 0
     assert out.stat().st_size > 0
     assert len(json.loads((tmp_path / "t.json").read_text())["frames"]) == 100
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp files left

@@ -47,7 +47,7 @@ from ..worker.device import DeviceWorker
 from ..worker.messages import Worker
 from ..worker.process import process_workers
 from ..worker.restorer import compile_cache
-from .job import FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
+from .job import MILESTONES, FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
 from .scheduler import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,8 @@ class Summary:
     truncated: str = ""  # why the input ended early (--allow-truncated), or ""
     #: Seconds the engine's start took in this job (weights, workers: building and compiling), if it started here.
     startup: dict[str, float] = field(default_factory=dict)
-    first_frame_at: float | None = None  # time.perf_counter() when its first frame was written
+    #: time.perf_counter() when the job started and when its first picture left each stage (job.MILESTONES).
+    milestones: dict[str, float] = field(default_factory=dict)
     choice: str = ""  # which tracks were restored, where --faces or --tracks chose
     tracks_found: TrackSurvey | None = None  # --detect-only: the tracks found (nothing restored)
     panels: int | None = None  # --preview: the sheet's frames (``frames`` then counts the frames decoded)
@@ -104,6 +105,11 @@ class Summary:
     @property
     def fps(self) -> float:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+    def first_picture(self) -> dict[str, float]:
+        """Seconds from the job's start to each stage its first picture left, in the pipeline's order."""
+        begun = self.milestones["started"]
+        return {m: self.milestones[m] - begun for m in MILESTONES[1:] if m in self.milestones}
 
     def describe(self, started: float | None = None) -> str:
         """The closing report: frames, faces, time, where the start-up went (the first frame's time
@@ -121,10 +127,12 @@ class Summary:
             lines.append(self.decoder)
         if self.choice:
             lines.append(self.choice)
-        if started is not None and self.first_frame_at is not None and self.tracks_found is None:
+        if started is not None and "written" in self.milestones and self.tracks_found is None:
             parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.startup.items())
-            lines.append(f"first frame written {self.first_frame_at - started:.1f} s after the start"
+            lines.append(f"first frame written {self.milestones['written'] - started:.1f} s after the start"
                          + (f" (of which {parts})" if parts else ""))
+            stages = ", ".join(f"{m} {seconds:.2f} s" for m, seconds in self.first_picture().items())
+            lines.append(f"the job's first picture: {stages} into the job")
         if self.resumed_at:
             lines.append(f"resumed at frame {self.resumed_at}: the frames before it came from the work directory")
         if self.truncated:
@@ -605,4 +613,4 @@ class Engine:
                   for w, before in zip(pool.workers, lowered) if w.out_of_memory > before]
         return Summary(writer.output, result.frames, result.faces, result.frames_with_faces, result.seconds,
                        result.busy, writer.warnings + memory, result.damaged, startup=self._take_startup(),
-                       first_frame_at=result.first_frame_at)
+                       milestones=result.milestones)

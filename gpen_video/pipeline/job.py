@@ -47,6 +47,8 @@ from .scheduler import QUEUED_DETECTIONS, QUEUED_RESTORATIONS, WorkerPool
 
 _POLL = 0.1  # seconds between checks of the stop flag while a thread waits
 _SERIALS = itertools.count(1)
+#: Where a job's first picture has got to, in the order it gets there (see Job.milestones).
+MILESTONES = ("started", "decoded", "detected", "tracked", "restored", "written")
 #: The frame size batches are counted for (1080p); larger frames get fewer per batch.
 REFERENCE_PIXELS = 1920 * 1080
 
@@ -128,7 +130,7 @@ class PipelineResult:
     damaged: int  # frames the input could not decode cleanly (see SourceFrame.damage)
     seconds: float
     busy: dict[str, float]
-    first_frame_at: float | None  # time.perf_counter() when the first frame was written (None: no frame)
+    milestones: dict[str, float]  # see Job.milestones
 
 
 def _restore_cut(faces: list[int], face_batch: int) -> int:
@@ -228,7 +230,9 @@ class Job:
         self.to_encode: queue.Queue[EncoderInput | av.Packet] = queue.Queue()
         self.slots = threading.Semaphore(frames_in_flight(len(pool.workers), batch_frames, tracker.lookahead))
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
-        self.first_frame_at: float | None = None
+        #: time.perf_counter() when the job started and when its first picture left each stage
+        #: (MILESTONES; "restored" only if a face was), for the start-up report: each stage sets its own.
+        self.milestones: dict[str, float] = {}
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
         self.start_frame = start_frame * self.pictures_per_frame
@@ -274,6 +278,11 @@ class Job:
                 return q.get(timeout=_POLL)
             except queue.Empty:
                 continue
+
+    def _reached(self, milestone: str) -> None:
+        """Note the first time the job's pictures reach ``milestone`` (later times are not kept)."""
+        if milestone not in self.milestones:
+            self.milestones[milestone] = time.perf_counter()
 
     def _encodes(self, index: int) -> bool:
         """Whether the picture at ``index`` is written: from ``start_frame`` (the ones before are a
@@ -324,6 +333,7 @@ class Job:
             if isinstance(item, av.Packet):
                 self.to_encode.put(item)
                 continue
+            self._reached("decoded")
             t0 = time.perf_counter()
             pictures = [item] if self.fields is None else split_fields(item, self.fields, self.field_time)
             self.clock.add("decode", time.perf_counter() - t0)
@@ -373,6 +383,8 @@ class Job:
 
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
+            if done:
+                self._reached("tracked")
             for tracked in done:
                 source = sources.pop(tracked.index)
                 if not self._encodes(tracked.index):  # tracked only, as context for the frames written
@@ -430,6 +442,7 @@ class Job:
                 if isinstance(batch_in, Passed):
                     pass_by(batch_in.frames)
                     continue
+                self._reached("detected")
                 t0 = time.perf_counter()
                 for source, found, thumbnail in zip(batch_in.frames, batch_in.faces, batch_in.thumbnails):
                     sources[source.index] = source
@@ -453,6 +466,8 @@ class Job:
             if isinstance(message, TrackingDone):
                 total = message.pictures
             else:
+                if message.result is not None:
+                    self._reached("restored")
                 pending[message.source.index] = message
             while all(i in pending for i in range(next_index, next_index + step)):
                 pictures = [pending.pop(i) for i in range(next_index, next_index + step)]
@@ -461,8 +476,7 @@ class Job:
                 t0 = time.perf_counter()
                 self.writer.write(source, frame.result.frame if frame.result is not None else None)
                 self.clock.add("encode", time.perf_counter() - t0)
-                if self.first_frame_at is None:
-                    self.first_frame_at = time.perf_counter()
+                self._reached("written")
                 self.counts["frames"] += 1
                 self.counts["faces"] += faces
                 self.counts["with_faces"] += bool(faces)
@@ -479,6 +493,7 @@ class Job:
 
     def run(self) -> PipelineResult:
         start = time.perf_counter()
+        self.milestones["started"] = start
         threads = [threading.Thread(target=self._guard(self._decode), name="decode"),
                    threading.Thread(target=self._guard(self._track), name="track"),
                    threading.Thread(target=self._guard(self._encode), name="encode")]
@@ -498,7 +513,7 @@ class Job:
             log.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
                               self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy),
-                              self.first_frame_at)
+                              dict(self.milestones))
 
     def _shut_down(self, threads: list[threading.Thread]) -> None:
         """Stop every stage and wait for it, even through another Ctrl-C, before the files go:
