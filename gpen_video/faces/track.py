@@ -216,8 +216,9 @@ class FaceTracker:
 
     @staticmethod
     def prepare() -> None:
-        """Import what matching needs (SciPy, most of a second) now: the pipeline's track thread
-        calls this while it waits for the first detections, instead of paying it once they are back."""
+        """Import what matching needs (SciPy, most of a second) now: the engine calls this beside
+        its workers' start, and the pipeline's track thread before its first detections, instead
+        of paying it once they are back."""
         import scipy.optimize  # noqa: F401
 
     def push(self, index: int, time: float, faces: list[Face], thumbnail: np.ndarray) -> list[TrackedFrame]:

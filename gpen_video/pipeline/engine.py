@@ -217,6 +217,10 @@ class Engine:
                 self._retire(self._pool)
                 self._pool = None
             if self._pool is None:
+                # The tracker's imports (SciPy, up to a second beside the other stages' start) run
+                # while the workers start, not on the first frame's way: the first job's track
+                # thread then finds them done, or waits only for the rest of them.
+                threading.Thread(target=FaceTracker.prepare, name="tracker-imports").start()
                 start = time.perf_counter()
                 compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
                 self._pool = WorkerPool(self._new_workers(compiled))
