@@ -79,6 +79,15 @@ _FIRST = re.compile(r"first frame written ([\d.]+) s after the start(?: \(of whi
 _FIRST_PICTURE = re.compile(r"the job's first picture: (.*) into the job")
 
 
+def _seconds_by_name(listing: str | None) -> dict[str, float]:
+    """A summary's list of named times ("weights 1.6 s, GPEN (compiling) 21.0 s") as a dict."""
+    named = {}
+    for part in listing.split(", ") if listing else []:
+        name, seconds, _ = part.rsplit(" ", 2)
+        named[name] = float(seconds)
+    return named
+
+
 def run_cli(clip: Path, out: Path, home: Path, flags: list[str]) -> dict:
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "gpen_video.cli", str(clip), str(out), "--overwrite", *flags],
@@ -86,18 +95,10 @@ def run_cli(clip: Path, out: Path, home: Path, flags: list[str]) -> dict:
                           check=True)
     wall = time.perf_counter() - start
     found = _FIRST.search(done.stderr)
-    parts = {}
-    if found and found.group(2):
-        for part in found.group(2).split(", "):  # "weights 1.6 s", "workers 0.4 s", "GPEN (compiling) 21.0 s"
-            name, seconds, _ = part.rsplit(" ", 2)
-            parts[name] = float(seconds)
     stages = _FIRST_PICTURE.search(done.stderr)
-    first_picture = {}
-    for part in stages.group(1).split(", ") if stages else []:  # "decoded 0.02 s"
-        name, seconds, _ = part.split(" ")
-        first_picture[name] = float(seconds)
-    return {"wall_s": round(wall, 2), "first_frame_s": float(found.group(1)) if found else None, **parts,
-            "first_picture_s": first_picture}
+    return {"wall_s": round(wall, 2), "first_frame_s": float(found.group(1)) if found else None,
+            **_seconds_by_name(found.group(2) if found else None),
+            "first_picture_s": _seconds_by_name(stages.group(1) if stages else None)}
 
 
 def main() -> None:
