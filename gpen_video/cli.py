@@ -179,8 +179,8 @@ def _run_batch(engine: BatchEngine, args: argparse.Namespace, job: JobOptions, b
     failed; an interrupt keeps the files already finished."""
     from tqdm import tqdm
 
+    from .media.containers import CONTAINERS
     from .media.images import IMAGE_EXTENSIONS
-    from .media.writer import CONTAINERS
     from .options import UsageError
     from .pipeline.batch import restore_many
 

@@ -83,7 +83,7 @@ def test_what_mp4_cannot_hold_is_named_and_the_rest_kept(small_gpen, tmp_path):
     run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
     assert run.returncode == 0, run.stderr
     assert _warnings(run) == [
-        "gpen-video: subtitle stream #3 (subrip) cannot be copied into .mp4; it is left out",
+        "gpen-video: subtitle stream #3 (subrip) cannot be copied into .mp4; it is left out (.mkv can hold it)",
         "gpen-video: attachment 'DejaVuSans.ttf' (application/x-truetype-font) is left out: .mp4 cannot hold "
         "attachments (.mkv can)"]
     streams = _streams(out)
@@ -97,7 +97,7 @@ def test_what_mp4_cannot_hold_is_named_and_the_rest_kept(small_gpen, tmp_path):
     strict = gpen_video(small_gpen, src, tmp_path / "strict.mp4", "--strict")
     assert strict.returncode == 1
     assert strict.stderr.strip() == ("gpen-video: error: subtitle stream #3 (subrip) cannot be copied into .mp4; "
-                                     "it is left out (refused: --strict)")
+                                     "it is left out (.mkv can hold it) (refused: --strict)")
     assert not (tmp_path / "strict.mp4").exists()
 
 
@@ -338,8 +338,8 @@ def test_hdr10_that_a_crowded_matroska_header_cannot_take_is_named_and_the_file_
     (corpus.with_cover_art, "in.mp4", ".webm", "cover art stream #2 (mjpeg) is left out: .webm cannot hold it"),
     (corpus.gopro_mp4, "in.mp4", ".mkv", "data track #2 (GoPro MET) is left out: .mkv cannot hold data tracks "
                                          "(.mp4 and .mov can)"),
-    (corpus.broadcast_ts, "in.ts", ".mp4", "data stream #1 (bin_data) is left out: of the data tracks, only "
-                                           "timecode and GoPro telemetry (gpmd) have a place in the output containers"),
+    (corpus.broadcast_ts, "in.ts", ".mp4", "data stream #1 (bin_data) is left out: of the data tracks, "
+                                           "gpen-video keeps timecode and GoPro telemetry (gpmd) only"),
 ], ids=["timecode into mkv", "cover art into webm", "telemetry into mkv", "SCTE-35 cues into mp4"])
 def test_what_a_container_cannot_hold_is_named(small_gpen, tmp_path, build, name, ext, warning):
     src = build(tmp_path / name)

@@ -14,7 +14,7 @@ import collections
 import ctypes
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import NamedTuple
@@ -45,6 +45,7 @@ class StreamTraits:
     width: int
     height: int
     interlaced: bool
+    captions: bool = False  # closed captions in the frames' side data, which NVDEC's pictures lack
 
 
 def stream_refusal(traits: StreamTraits) -> str:
@@ -58,6 +59,8 @@ def stream_refusal(traits: StreamTraits) -> str:
         return "interlaced video decodes on the CPU (NVDEC's fields are not proven exact)"
     if traits.width % 2 or traits.height % 2:
         return f"an odd size ({traits.width}x{traits.height}) decodes on the CPU"
+    if traits.captions:
+        return "closed captions travel on the CPU decoder's frames (NVDEC's pictures come without them)"
     return ""
 
 
@@ -115,7 +118,7 @@ class DecoderChoice:
         if self.name == "nvdec":
             assert self.gpu is not None
             return NvdecDecoder(stream, self.gpu, self.matrix)
-        return CpuDecoder()
+        return CpuDecoder(stream)
 
 
 CPU_DECODING = DecoderChoice()
@@ -155,12 +158,32 @@ class Decoded(NamedTuple):
     damaged: bool = False
 
 
-class CpuDecoder:
-    """libavcodec, through PyAV: each packet decoded as it comes (an empty packet flushes)."""
+def has_alpha_layer(stream: av.video.stream.VideoStream) -> bool:
+    """A WebM/Matroska VP9 stream with an alpha channel: its alpha is a second VP9 picture in
+    each block's additions, which only libvpx decodes (FFmpeg's own VP9 decoder shows the colour alone)."""
+    tags = {key.lower(): value for key, value in stream.metadata.items()}
+    return stream.codec_context.name == "vp9" and tags.get("alpha_mode") == "1"
 
-    @staticmethod
-    def decode(packet: av.Packet) -> list[Decoded]:
-        return [Decoded(frame) for frame in packet.decode()]
+
+class CpuDecoder:
+    """libavcodec, through PyAV: each packet decoded as it comes (an empty packet flushes), by the
+    stream's own decoder, or by libvpx for VP9 with alpha (:func:`has_alpha_layer`)."""
+
+    def __init__(self, stream: av.video.stream.VideoStream) -> None:
+        self.context = stream.codec_context
+        if has_alpha_layer(stream):
+            self.context = av.CodecContext.create("libvpx-vp9", "r")
+            self.context.thread_type = "AUTO"
+
+    def decode(self, packet: av.Packet) -> list[Decoded]:
+        return [Decoded(frame) for frame in self.context.decode(packet)]
+
+    def frames(self, container: av.container.InputContainer,
+               stream: av.video.stream.VideoStream) -> Iterator[av.VideoFrame]:
+        """Every frame of ``stream`` from where ``container`` stands, its decoder flushed at the end."""
+        for packet in container.demux(stream):
+            for decoded in self.decode(packet):
+                yield decoded.frame
 
     @staticmethod
     def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:

@@ -29,16 +29,18 @@ class FieldOrder:
 
     @classmethod
     def of(cls, stream: av.video.stream.VideoStream, first: av.VideoFrame) -> FieldOrder | None:
-        """The order the container or bitstream declares (TB and BT: shown bottom, top first), else
-        top first for frames the decoder flags interlaced (the order of HD broadcast); None when
-        the video is progressive."""
+        """The order the container or bitstream declares, else the order the decoder flags on the
+        first frame (AVI stores none, and a DV capture there is bottom field first, as DV always
+        is); None when the video is progressive. TB and BT are read as their first letter, the
+        field shown first, as FFmpeg's command line writes them (and Final Cut's DV in MOV): the
+        H.264 decoder's flag, by contrast, says bottom first for x264's top-first MBAFF."""
         order = stream.codec_context.field_order
-        if order in (_TT, _BT):
+        if order in (_TT, _TB):
             return cls(True)
-        if order in (_BB, _TB):
+        if order in (_BB, _BT):
             return cls(False)
         if order != _PROGRESSIVE and first.interlaced_frame:
-            return cls(True)
+            return cls(_shows_top_first(first))
         return None
 
     @property
@@ -54,6 +56,23 @@ class FieldOrder:
     def parities(self) -> tuple[int, int]:
         """The fields' first lines (0 top, 1 bottom), in the order they were taken."""
         return (0, 1) if self.top_first else (1, 0)
+
+
+def _shows_top_first(frame: av.VideoFrame) -> bool:
+    """The decoder's top-field-first flag on ``frame``, which PyAV does not show: a grey copy
+    (which keeps the frame's flags) with its top field black and its bottom field white goes
+    through FFmpeg's ``separatefields``, whose first field out is the one shown first."""
+    marked = frame.reformat(width=16, height=frame.height, format="gray")
+    luma = writable_planes(marked)[0]
+    luma[0::2], luma[1::2] = 0, 255
+    graph = av.filter.Graph()
+    source = graph.add_buffer(width=16, height=frame.height, format="gray", time_base=frame.time_base or 1)
+    split = graph.add("separatefields")
+    source.link_to(split)
+    split.link_to(graph.add("buffersink"))
+    graph.configure()
+    graph.push(marked)
+    return int(graph.pull().to_ndarray().mean()) < 128
 
 
 def field_frame(frame: av.VideoFrame, parity: int) -> av.VideoFrame:
@@ -89,7 +108,7 @@ def weave(whole: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFra
 #: field order; the others read it from the codec context or from each frame's flags.
 _INTERLACED_PARAMS = {"libx264": {True: ["tff=1"], False: ["bff=1"]},
                       "libx265": {True: ["interlace=tff"], False: ["interlace=bff"]},
-                      "prores_ks": {True: [], False: []}, "ffv1": {True: [], False: []}}
+                      **{codec: {True: [], False: []} for codec in ("prores_ks", "ffv1", "mpeg2video", "dvvideo", "dnxhd")}}
 
 
 def encoder_params(codec: str, order: FieldOrder) -> list[str] | None:

@@ -18,12 +18,19 @@ FALLBACK_CODECS = {".mp4": ("libx264", "libx265"), ".mov": ("libx264", "libx265"
                    ".webm": ("libvpx-vp9", "libsvtav1")}
 #: Input codec (canonical name) -> the encoder that writes the same format.
 FOLLOW_CODEC = {"h264": "libx264", "hevc": "libx265", "prores": "prores_ks", "vp9": "libvpx-vp9",
-                "ffv1": "ffv1", "av1": "libsvtav1"}
+                "ffv1": "ffv1", "av1": "libsvtav1", "dvvideo": "dvvideo", "dnxhd": "dnxhd",
+                "mpeg2video": "mpeg2video"}
 #: Input codecs that store every sample exactly: an output that cannot be one of them is
 #: encoded losslessly another way (x264 at CRF 0) rather than lossily.
 LOSSLESS_CODECS = frozenset({"ffv1", "huffyuv", "ffvhuff", "utvideo", "magicyuv", "png", "qtrle", "rawvideo"})
 #: ProRes profile names as FFmpeg's decoder reports them -> prores_ks's ``profile`` option.
 PRORES_PROFILES = {"Proxy": "proxy", "LT": "lt", "Standard": "standard", "HQ": "hq", "4444": "4444", "XQ": "4444xq"}
+#: DNxHD/DNxHR profile names as FFmpeg's decoder reports them -> the dnxhd encoder's ``profile``.
+DNX_PROFILES = {"DNXHD": "dnxhd", "DNXHR LB": "dnxhr_lb", "DNXHR SQ": "dnxhr_sq", "DNXHR HQ": "dnxhr_hq",
+                "DNXHR HQX": "dnxhr_hqx", "DNXHR 444": "dnxhr_444"}
+#: MPEG-2's quantiser where the input's bit rate is unknown: 2, as FFmpeg users write ``-q:v 2``
+#: for near-transparent MPEG-2 (in FFmpeg's lambda units, 118 a step).
+_MPEG2_QUALITY = str(2 * 118)
 
 
 @dataclass(frozen=True)
@@ -103,11 +110,11 @@ def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, 
     with the input's ProRes profile, when the container ``ext`` can hold it; else one of the
     container's (x264 at CRF 0 for a lossless input), with a warning naming what changes."""
     if asked:
-        return EncoderChoice(asked, _prores_options(asked, source))
+        return EncoderChoice(asked, _input_options(asked, source))
     name = source.codec_context.codec.canonical_name
     follow = FOLLOW_CODEC.get(name)
     if follow is not None and follow in av.codecs_available and name in allowed:
-        return EncoderChoice(follow, _prores_options(follow, source))
+        return EncoderChoice(follow, _input_options(follow, source))
     lossless = name in LOSSLESS_CODECS and "h264" in allowed
     candidates = [c for c in FALLBACK_CODECS[ext] if c in av.codecs_available]
     keeping = [c for c in candidates if not pick_pix_fmt(av.codec.Codec(c, "w"), pix_fmt)[1]]
@@ -126,9 +133,26 @@ def _format_name(encoder: str) -> str:
     return av.codec.Codec(encoder, "w").canonical_name
 
 
-def _prores_options(encoder: str, source: av.stream.Stream) -> dict[str, str]:
-    """The input's ProRes profile for prores_ks (4444 keeps alpha; its default would be HQ)."""
-    if encoder != "prores_ks" or source.codec_context.codec.canonical_name != "prores":
-        return {}
-    profile = PRORES_PROFILES.get(source.profile or "")
-    return {"profile": profile} if profile else {}
+def _input_options(encoder: str, source: av.stream.Stream) -> dict[str, str]:
+    """What an encoder needs to write the input's own flavour of its codec: ProRes's profile
+    (4444 keeps alpha; prores_ks would pick HQ), DNxHD/DNxHR's profile (and classic DNxHD's bit
+    rate, which picks its compression ID; DNxHR HQ from other codecs), MPEG-2's bit rate (its encoder's default is 200 kb/s),
+    FFV1's version 3."""
+    name = source.codec_context.codec.canonical_name
+    if encoder == "prores_ks" and name == "prores":
+        profile = PRORES_PROFILES.get(source.profile or "")
+        return {"profile": profile} if profile else {}
+    bit_rate = source.bit_rate or source.codec_context.bit_rate
+    if encoder == "dnxhd":  # DNxHR HQ unless the input is DNx: classic DNxHD takes a few sizes only
+        profile = DNX_PROFILES.get((source.profile or "").upper(), "") if name == "dnxhd" else "dnxhr_hq"
+        options = {"profile": profile} if profile else {}
+        if profile == "dnxhd" and bit_rate:
+            options["b"] = str(round(bit_rate / 1e6) * 1_000_000)  # the compression IDs come in whole Mb/s
+        return options
+    if encoder == "ffv1":
+        return {"level": "3"}  # as archives write FFV1: CRCs in each slice, the SAR in each frame
+    if encoder == "mpeg2video":
+        if name == "mpeg2video" and bit_rate:
+            return {"b": str(bit_rate), "maxrate": str(bit_rate), "bufsize": str(bit_rate // 2)}
+        return {"flags": "+qscale", "global_quality": _MPEG2_QUALITY}
+    return {}

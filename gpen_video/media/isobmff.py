@@ -1,16 +1,22 @@
-"""The one edit of a finished MP4/MOV file that FFmpeg's muxer cannot be asked for through PyAV:
-HDR10 static metadata as the video sample entry's ``mdcv`` (mastering display colour volume) and
-``clli`` (content light level) boxes, which players read from the container whatever the codec
-(ProRes has no place for them in its bitstream; HEVC and AV1 carry them there as well).
+"""MP4/MOV boxes that FFmpeg's demuxer and muxer do not show through PyAV.
 
-The muxer writes its ``moov`` box last, after the media data, so growing it moves no sample: the
-boxes are added to the video track's first sample entry, and every box around it grows by as much.
+Read: what each track of an input is (its handler, its sample entry's format, the tracks it names
+as chapters, a video sample entry's extra boxes), so that a data track is told apart by what it
+is (chapters, telemetry, camera metadata) rather than by the container alone.
+
+Written: boxes added to a finished file's video sample entry, such as HDR10 static metadata
+(``mdcv``, ``clli``: players read them from the container whatever the codec; ProRes has no
+place for them in its bitstream) and 360° video's ``sv3d``/``st3d``. The muxer writes its
+``moov`` box last, after the media data, so growing it moves no sample: the boxes are added to the
+video track's first sample entry, and every box around it grows by as much.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 #: The boxes between ``moov`` and the sample descriptions, in order.
 _PATH = (b"trak", b"mdia", b"minf", b"stbl", b"stsd")
@@ -77,17 +83,90 @@ def _video_sample_entry(moov: bytearray) -> list[tuple[int, int]]:
     raise BoxError("no video track with a sample entry")
 
 
+def _top_level(file: BinaryIO) -> list[tuple[bytes, int, int]]:
+    """The file's top-level boxes: (type, offset, size), read header by header."""
+    top, end = [], file.seek(0, 2)
+    position = 0
+    while position + 8 <= end:
+        file.seek(position)
+        kind, size, _ = _header(file.read(16), 0, end - position)
+        top.append((kind, position, size))
+        position += size
+    return top
+
+
+def _first(data: bytes | bytearray, start: int, end: int, kind: bytes) -> tuple[int, int, int] | None:
+    """(offset, size, header size) of the first ``kind`` box in ``data[start:end]``, or None."""
+    for found, offset, size, header in _children(data, start, end):
+        if found == kind:
+            return offset, size, header
+    return None
+
+
+@dataclass(frozen=True)
+class Track:
+    """What one track of an MP4/MOV is, as its boxes say. FFmpeg makes one stream of each track,
+    in the file's order, so a track's position is its stream's index."""
+
+    track_id: int
+    handler: bytes  # the media handler: b"vide", b"soun", b"text", b"sbtl", b"meta", b"tmcd", b"clcp", ...
+    sample_entry: bytes  # the first sample description's format: b"avc1", b"gpmd", b"text", b"mebx", b"c608", ...
+    chapters: tuple[int, ...] = ()  # the ids of the tracks this one names as its chapter list (tref/chap)
+    entry_boxes: dict[bytes, bytes] = field(default_factory=dict)  # a video sample entry's extra boxes
+
+
+def _track(moov: bytes, offset: int, size: int, head: int) -> Track:
+    start, end = offset + head, offset + size
+    tkhd = _first(moov, start, end, b"tkhd")
+    track_id = 0
+    if tkhd is not None:
+        version = moov[tkhd[0] + tkhd[2]]
+        track_id = struct.unpack_from(">I", moov, tkhd[0] + tkhd[2] + (20 if version == 1 else 12))[0]
+    chapters: tuple[int, ...] = ()
+    tref = _first(moov, start, end, b"tref")
+    if tref is not None:
+        chap = _first(moov, tref[0] + tref[2], tref[0] + tref[1], b"chap")
+        if chap is not None:
+            count = (chap[1] - chap[2]) // 4
+            chapters = struct.unpack_from(f">{count}I", moov, chap[0] + chap[2])
+    handler, entry, boxes = b"", b"", {}
+    mdia = _first(moov, start, end, b"mdia")
+    if mdia is not None:
+        hdlr = _first(moov, mdia[0] + mdia[2], mdia[0] + mdia[1], b"hdlr")
+        if hdlr is not None:
+            handler = bytes(moov[hdlr[0] + hdlr[2] + 8 : hdlr[0] + hdlr[2] + 12])
+        box = mdia
+        for kind in _PATH[2:]:
+            box = _first(moov, box[0] + box[2], box[0] + box[1], kind) if box is not None else None
+        if box is not None:
+            entries = _children(moov, box[0] + box[2] + _STSD_FIELDS, box[0] + box[1])
+            if entries:
+                entry, entry_offset, entry_size, entry_head = entries[0]
+                if handler == b"vide":
+                    inner = entry_offset + entry_head + _VISUAL_ENTRY_FIELDS
+                    boxes = {kind: bytes(moov[o + h : o + s])
+                             for kind, o, s, h in _children(moov, inner, entry_offset + entry_size)}
+    return Track(track_id, handler, entry, chapters, boxes)
+
+
+def read_tracks(path: Path) -> list[Track]:
+    """The tracks of the MP4/MOV at ``path``, in the file's order."""
+    with open(path, "rb") as file:
+        moov_box = next(((offset, size) for kind, offset, size in _top_level(file) if kind == b"moov"), None)
+        if moov_box is None:
+            raise BoxError("no moov box")
+        file.seek(moov_box[0])
+        moov = file.read(moov_box[1])
+    _, _, header = _header(moov, 0, len(moov))
+    return [_track(moov, offset, size, head) for kind, offset, size, head in _children(moov, header, len(moov))
+            if kind == b"trak"]
+
+
 def add_sample_entry_boxes(path: Path, boxes: dict[bytes, bytes]) -> None:
     """Append ``boxes`` (type -> payload) to the video sample entry of the MP4/MOV at ``path``,
     in place; a type the entry holds already is left as it is."""
     with open(path, "r+b") as file:
-        top, end = [], file.seek(0, 2)
-        position = 0
-        while position < end:
-            file.seek(position)
-            kind, size, _ = _header(file.read(16), 0, end - position)
-            top.append((kind, position, size))
-            position += size
+        top = _top_level(file)
         if not top or top[-1][0] != b"moov":
             raise BoxError("the moov box is not the file's last")
         _, start, size = top[-1]

@@ -27,7 +27,7 @@ from .colour import (
     planes_to_frame,
     to_rgb,
 )
-from .decoders import CPU_DECODING, DecoderChoice, StreamTraits
+from .decoders import CPU_DECODING, CpuDecoder, DecoderChoice, StreamTraits
 from .fields import FieldOrder, field_frame
 from .hdr import HdrMetadata
 from .streams import is_cover_art
@@ -159,6 +159,7 @@ class VideoInfo:
     fields: FieldOrder | None = None  # an interlaced video's field order; None when progressive
     first_time: float = 0.0  # the first frame's time, seconds: where --start and --end count from
     traits: StreamTraits | None = None  # what decides whether NVDEC may decode it
+    captions: bool = False  # the first frame carries closed captions (A53 side data), as broadcast video does
 
     @property
     def fps(self) -> float:
@@ -218,7 +219,7 @@ def probe(path: str | Path) -> VideoInfo:
     with open_input(path) as container:
         stream = video_stream(container)
         try:
-            first = next(container.decode(stream))
+            first = next(CpuDecoder(stream).frames(container, stream))
         except (StopIteration, av.FFmpegError) as exc:
             raise InputError(f"{path} has no decodable video frame ({exc or 'empty stream'})") from None
         matrix = display_matrix(first)
@@ -226,11 +227,12 @@ def probe(path: str | Path) -> VideoInfo:
         width, height = (first.height, first.width) if turned else (first.width, first.height)
         duration = float(stream.duration * stream.time_base) if stream.duration else None
         fields = FieldOrder.of(stream, first)
+        captions = first.side_data.get(av.sidedata.sidedata.Type.A53_CC) is not None
         traits = StreamTraits(stream.codec_context.name, first.format.name, first.width, first.height,
-                              fields is not None)
+                              fields is not None, captions)
         return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
                          stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
-                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits)
+                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits, captions)
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:
@@ -426,7 +428,7 @@ def frames_at(path: str | Path, times: list[float], report: SeekReport | None = 
             reached = last is not None and last.time is not None and last.time >= time - 1e-6
             if not reached and (decoding is None or key is None or last is None or key > last.pts):
                 container.seek(int(target), backward=True, any_frame=False, stream=video)
-                decoding = container.decode(video)
+                decoding = CpuDecoder(video).frames(container, video)
             try:
                 while not reached:
                     frame = next(decoding, None)

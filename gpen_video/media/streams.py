@@ -1,19 +1,27 @@
 """Everything in the input besides the restored video, as the output keeps it: audio, subtitles,
-attachments, cover art, timecode, telemetry, chapters, flags and metadata.
+captions, attachments, cover art, timecode, telemetry, chapters, flags and metadata.
 
 Each input stream is copied packet for packet with its flags (default, forced, ...), language and
 title where the output container can hold it. What it cannot hold is converted when that loses
 nothing a viewer notices (audio re-encoded, cover art as a Matroska attachment, a timecode track
 rebuilt by the muxer) and named in one warning line either way; what cannot be kept at all is
 left out with a warning that says so.
+
+An MP4/MOV data track is told apart by what its boxes say it is (media/isobmff.py), not by the
+container: FFmpeg reads a QuickTime chapter track, a GoPro's telemetry and a camera's timed
+metadata alike as ``bin_data``, and its muxer would write any of them back as telemetry.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 
 import av
+
+from .containers import CONTAINERS, ContainerRules
+from .isobmff import BoxError, Track, read_tracks
 
 #: Re-encoded audio's bit rate.
 AUDIO_BIT_RATE = 256_000
@@ -27,6 +35,9 @@ _COVER_STREAMS = frozenset({".mp4", ".mov"})
 #: The containers that hold a GoPro's GPMF telemetry track (``gpmd``: accelerometer, gyroscope,
 #: GPS), copied packet for packet; Matroska takes no data tracks.
 _DATA_TRACKS = frozenset({".mp4", ".mov"})
+#: MP4/MOV data tracks' sample entries, in words, for the warning that names one left out.
+_DATA_ENTRIES = {b"mebx": "Apple timed metadata", b"rtmd": "Sony real-time metadata", b"camm": "camera motion",
+                 b"mett": "text metadata", b"metx": "XML metadata", b"urim": "URI metadata"}
 _IMAGE_TYPES = {"mjpeg": ("jpg", "image/jpeg"), "png": ("png", "image/png"), "bmp": ("bmp", "image/bmp")}
 #: ISO 639-2 codes as FFmpeg's MOV muxer spells them: it writes a MOV track's language only from
 #: QuickTime's old Macintosh language list, which uses the bibliographic form of some codes and
@@ -34,17 +45,6 @@ _IMAGE_TYPES = {"mjpeg": ("jpg", "image/jpeg"), "png": ("png", "image/png"), "bm
 _QUICKTIME_LANGUAGE = {"deu": "ger", "nld": "dut", "ell": "gre", "isl": "ice", "zho": "chi", "sqi": "alb",
                        "mkd": "mac", "hye": "arm", "kat": "geo", "bod": "tib", "mya": "bur", "msa": "may",
                        "cym": "wel", "eus": "baq", "fre": "fra", "rum": "ron", "cze": "ces", "slo": "slk"}
-
-
-@dataclass(frozen=True)
-class ContainerRules:
-    """What one output container (by extension) can hold: video codecs, audio codecs (None: any),
-    subtitle codecs, and the audio codec to re-encode to when a copy is impossible."""
-
-    video: frozenset[str]
-    audio: frozenset[str] | None
-    subtitles: frozenset[str]
-    fallback_audio: str
 
 
 def own_metadata(metadata: dict[str, str]) -> dict[str, str]:
@@ -115,9 +115,12 @@ class CompanionStreams:
         self.covers: list[tuple[av.stream.Stream, bytes]] = []  # muxed once the header is written
         output.metadata.update(own_metadata(source.metadata))
         _copy_flags(video_in, video_out, ext)
+        tracks = mp4_tracks(source)
+        chapter_tracks = {track_id for track in tracks for track_id in track.chapters}
         for stream in source.streams:
-            if stream.index == video_in.index:
-                continue
+            track = tracks[stream.index] if stream.index < len(tracks) else None
+            if stream.index == video_in.index or (track is not None and track.track_id in chapter_tracks):
+                continue  # a chapter track is the chapter list, written as chapters below
             if is_cover_art(stream):
                 self._add_cover(source, stream)
             elif stream.type in ("audio", "subtitle"):
@@ -126,11 +129,16 @@ class CompanionStreams:
                 self._add_attachment(stream)
             elif stream.type == "data" and "timecode" in stream.metadata:
                 self._add_timecode(stream, video_out)
-            elif _is_gpmf(source, stream):
+            elif track is not None and track.sample_entry == b"gpmd":
                 self._add_data(stream)
             elif stream.type == "data":
-                self.warn(f"data stream #{stream.index} ({_codec_name(stream)}) is left out: of the data tracks, "
-                          f"only timecode and GoPro telemetry (gpmd) have a place in the output containers")
+                what = _codec_name(stream)
+                if track is not None:
+                    entry = track.sample_entry.decode("latin-1")
+                    what = f"{entry}: {_DATA_ENTRIES[track.sample_entry]}" if track.sample_entry in _DATA_ENTRIES \
+                        else entry
+                self.warn(f"data stream #{stream.index} ({what}) is left out: of the data tracks, gpen-video "
+                          f"keeps timecode and GoPro telemetry (gpmd) only")
             else:
                 self.warn(f"{stream.type} stream #{stream.index} ({_codec_name(stream)}) is left out: gpen-video "
                           f"restores the first video stream and keeps audio, subtitles, attachments, cover art, "
@@ -155,7 +163,10 @@ class CompanionStreams:
             self.warn(f"audio stream #{stream.index} ({name}) cannot be copied into {self.ext}; "
                       f"re-encoded as {rules.fallback_audio} at {AUDIO_BIT_RATE // 1000} kb/s")
         else:
-            self.warn(f"subtitle stream #{stream.index} ({name}) cannot be copied into {self.ext}; it is left out")
+            holders = [ext for ext, held in CONTAINERS.items() if name in held.subtitles and ext != self.ext]
+            where = f" ({' and '.join(holders)} can hold it)" if holders else ""
+            self.warn(f"subtitle stream #{stream.index} ({name}) cannot be copied into {self.ext}; "
+                      f"it is left out{where}")
             return
         _copy_flags(stream, out, self.ext)
 
@@ -225,11 +236,15 @@ class CompanionStreams:
         return [p for transcoder in self.transcodes.values() for p in transcoder.encode(None)]
 
 
-def _is_gpmf(source: av.container.InputContainer, stream: av.stream.Stream) -> bool:
-    """A GoPro's telemetry track: FFmpeg's MP4/MOV demuxer reads the ``gpmd`` sample entry, and
-    only it, as ``bin_data``, and its muxers write that back as ``gpmd``. Other containers' binary
-    data (a transport stream's, say) has no sample entry the MP4 muxer could write."""
-    return stream.type == "data" and stream.name == "bin_data" and "mp4" in source.format.name.split(",")
+def mp4_tracks(source: av.container.InputContainer) -> list[Track]:
+    """What each track of an MP4/MOV input is, in stream order; empty for other containers, and
+    for a file whose boxes cannot be read (its streams are then kept or named by their codec)."""
+    if "mp4" not in source.format.name.split(","):
+        return []
+    try:
+        return read_tracks(Path(source.name))
+    except (BoxError, OSError, struct.error):
+        return []
 
 
 def _codec_name(stream: av.stream.Stream) -> str:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import av
 
-from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame
+from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame, writable_planes
+from .containers import CONTAINERS, ContainerRules
 from .fields import FieldStamp, reformat_fields
 from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
@@ -23,7 +24,7 @@ from .isobmff import BoxError, add_sample_entry_boxes
 from .matroska import MatroskaError, add_hdr_metadata
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .source import SourceFrame, VideoInfo, video_stream
-from .streams import CompanionStreams, ContainerRules
+from .streams import CompanionStreams
 
 if TYPE_CHECKING:
     from ..options import RestoreOptions
@@ -35,19 +36,19 @@ class OutputError(RuntimeError):
     """The output cannot be written as asked. The message is one line."""
 
 
-_MP4_AUDIO = frozenset({"aac", "mp3", "alac", "ac3", "eac3", "opus", "flac"})
-CONTAINERS = {
-    ".mp4": ContainerRules(frozenset({"h264", "hevc", "av1", "vp9"}), _MP4_AUDIO, frozenset({"mov_text"}), "aac"),
-    ".mov": ContainerRules(frozenset({"h264", "hevc", "prores", "av1"}),
-                           _MP4_AUDIO | {"pcm_s16le", "pcm_s24le", "pcm_s16be", "pcm_s24be"},
-                           frozenset({"mov_text"}), "aac"),
-    ".mkv": ContainerRules(frozenset({"h264", "hevc", "prores", "ffv1", "av1", "vp9"}), None,
-                           frozenset({"subrip", "ass", "ssa", "webvtt"}), "aac"),
-    ".webm": ContainerRules(frozenset({"vp9", "av1"}), frozenset({"opus", "vorbis"}), frozenset({"webvtt"}), "libopus"),
-}
 #: Visually lossless defaults per encoder family.
 DEFAULT_CRF = {"libx264": 18, "libx265": 20, "libvpx-vp9": 20, "libsvtav1": 24}
 DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hevc_nvenc": "p5", "libsvtav1": "8"}
+#: Encoders that write each frame's A53 closed captions into the bitstream (x264 and x265 as
+#: SEI, MPEG-2 as picture user data, NVENC as SEI).
+CAPTION_WRITERS = frozenset({"libx264", "libx265", "mpeg2video", "h264_nvenc", "hevc_nvenc"})
+#: Frame side data that encoders write back from each frame: closed captions, the active format
+#: description, SMPTE timecode. A restored frame is given the decoded frame's.
+_CARRIED_SIDE_DATA = frozenset({av.sidedata.sidedata.Type.A53_CC, av.sidedata.sidedata.Type.AFD,
+                                av.sidedata.sidedata.Type.S12M_TIMECODE})
+#: Encoders that code time in frames: their time base must be one frame (an MPEG transport
+#: stream's 1/90000 s is refused); frames are re-timed to it as they are encoded.
+_FRAME_CLOCKED = frozenset({"mpeg2video"})
 #: Codec tags kept from the input when the output has the same codec: Apple's players play HEVC
 #: only as ``hvc1`` (parameter sets in the header), which FFmpeg would write as ``hev1``.
 _KEPT_TAGS = frozenset({"hvc1", "hev1", "avc1", "avc3"})
@@ -128,6 +129,12 @@ class VideoWriter:
                            f"stored woven in frames flagged progressive")
             else:
                 self.stamp = FieldStamp(info.fields)
+        if info.captions and codec.name not in CAPTION_WRITERS:
+            self._warn(f"the closed captions in the input's video are left out: {codec.name} cannot carry them "
+                       f"({', '.join(sorted(CAPTION_WRITERS))} can)")
+        sar = src_video.sample_aspect_ratio
+        #: non-square pixels: every frame carries the SAR (FFV1 codes it in each frame's header)
+        self.anamorphic = bool(sar) and sar != 1
         self.info = info
         self._encoder_setup = (src_video, codec, choice, settings)
         self.claim = OutputClaim(output, overwrite)
@@ -177,10 +184,12 @@ class VideoWriter:
         cc.time_base = info.time_base
         if info.average_rate:
             cc.framerate = info.average_rate
+            if codec.name in _FRAME_CLOCKED:
+                cc.time_base = 1 / info.average_rate
         cc.color_range, cc.colorspace = src_cc.color_range, src_cc.colorspace
         cc.color_primaries, cc.color_trc = src_cc.color_primaries, src_cc.color_trc
-        if src_cc.sample_aspect_ratio:
-            cc.sample_aspect_ratio = src_cc.sample_aspect_ratio
+        if src_video.sample_aspect_ratio:  # the container's, else the bitstream's
+            cc.sample_aspect_ratio = src_video.sample_aspect_ratio
         if self.field_params is not None:
             cc.flags |= av.codec.context.Flags.interlaced_dct | av.codec.context.Flags.interlaced_me
             cc.field_order = info.fields.code
@@ -195,6 +204,8 @@ class VideoWriter:
             options["crf"] = str(crf)
             if codec.name == "libvpx-vp9":
                 options["b"] = "0"
+        if info.captions and codec.name == "libx265":
+            options["a53cc"] = "1"  # off by default in FFmpeg's x265 wrapper, on in the others
         preset = settings.preset or DEFAULT_PRESET.get(codec.name)
         if preset is not None:
             options["preset"] = preset
@@ -256,7 +267,7 @@ class VideoWriter:
         """The frame to encode: ``source`` as decoded, or the ``restored`` frame in its place (same
         format and size), with the decoded frame's timing (and, interlaced, its field order)."""
         decoded = source.frame
-        frame = decoded if restored is None else restored
+        frame = decoded if restored is None else self._with_frame_properties(decoded, restored)
         target = self.video.codec_context.pix_fmt
         if frame.format.name == f"yuvj{target.removeprefix('yuv')}":
             # The same samples, tagged full range: swscale would squeeze them into limited range.
@@ -268,6 +279,18 @@ class VideoWriter:
         frame.time_base = decoded.time_base
         frame.pict_type = av.video.frame.PictureType.NONE
         return frame if self.stamp is None else self.stamp(frame)
+
+    def _with_frame_properties(self, decoded: av.VideoFrame, restored: av.VideoFrame) -> av.VideoFrame:
+        """``restored``, or where the decoded frame carries what encoders write back from each
+        frame (captions, AFD, timecode, a non-square SAR), the decoded frame itself with the
+        restored samples copied in: PyAV can neither set side data nor the SAR on a new frame.
+        (Making it writable copies the samples first if the decoder still refers to them.)"""
+        if not self.anamorphic and not any(data.type in _CARRIED_SIDE_DATA for data in decoded.side_data):
+            return restored
+        decoded.make_writable()
+        for dst, plane in zip(writable_planes(decoded), frame_planes(restored)):
+            dst[...] = plane
+        return decoded
 
     def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
         """Encode one frame: ``source`` as decoded, or the ``restored`` frame in its place."""

@@ -19,9 +19,9 @@ from typing import Protocol
 from tqdm import tqdm
 
 from ..errors import error_line
+from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.source import probe
-from ..media.writer import CONTAINERS
 from ..options import BatchOptions, JobOptions, UsageError
 from .engine import FrameCallback, Summary
 

@@ -24,6 +24,7 @@ from ..faces.detect import detector_weights
 from ..faces.select import KnownTracks, TrackSurvey, describe_tracks
 from ..faces.track import FaceTracker
 from ..faces.tracks_file import TracksWriter
+from ..media.containers import CONTAINERS
 from ..media.decoders import DecoderChoice, choose_decoder
 from ..media.fields import FieldOrder
 from ..media.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
@@ -40,7 +41,7 @@ from ..media.source import (
     open_input,
     probe,
 )
-from ..media.writer import CONTAINERS, VideoWriter
+from ..media.writer import VideoWriter
 from ..model.weights import load_gpen_weights
 from ..options import JobOptions, RestoreOptions, UsageError
 from ..worker.device import DeviceWorker

@@ -1,0 +1,224 @@
+"""Files as other tools write them, built at test time from the real media in ../shared: FFmpeg's
+command line (Debian's FFmpeg, another version than PyAV's), MKVToolNix's ``mkvmerge`` and GPAC's
+``MP4Box``. tests/corpus.py builds its files with the project's own PyAV, which only proves the
+project agrees with itself; these are what cameras, editors, archives and broadcasters hand over.
+
+Each builder needs its tool: a test skips with the reason when the tool is absent, and fails
+under ``GPEN_VIDEO_REQUIRE_SHARED=1`` (CI) unless CI found the tool not packaged for its system
+(``GPEN_VIDEO_UNPACKAGED_TOOLS``, set by .ci/run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import REQUIRE_SHARED, shared_file
+
+TALKING_HEAD = "media/videos/talking_head_speech_liveportrait_d20.mp4"  # 480x480 H.264, AAC, 25 fps
+CHAPTERS = [(0.0, 0.4, "Intro"), (0.4, 0.8, "Talk")]
+
+
+def tool(name: str) -> str:
+    """The path of a command-line tool, or skip (fail in CI, where .ci/run installs it)."""
+    path = shutil.which(name)
+    if path is None:
+        unpackaged = os.environ.get("GPEN_VIDEO_UNPACKAGED_TOOLS", "").split()
+        message = f"{name} is not installed (Debian: ffmpeg, mkvtoolnix, gpac)"
+        if REQUIRE_SHARED and name not in unpackaged:
+            pytest.fail(message)
+        pytest.skip(message + ("; this system has no package for it" if name in unpackaged else ""))
+    return path
+
+
+def run(*command: str | Path) -> None:
+    """Run a tool, quietly; its own error output when it fails (mkvmerge exits 1 on a warning)."""
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=300)
+    succeeded = (0, 1) if Path(command[0]).name == "mkvmerge" else (0,)
+    if done.returncode not in succeeded:
+        raise RuntimeError(f"{command[0]} failed: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def ffmpeg(*args: str | Path) -> None:
+    run(tool("ffmpeg"), "-nostdin", "-loglevel", "error", "-y", *args)
+
+
+def ffprobe(path: Path, *entries: str) -> dict:
+    """ffprobe's JSON for ``path``: ``-show_entries`` and the like, as given."""
+    done = subprocess.run([tool("ffprobe"), "-v", "error", "-of", "json", *entries, str(path)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+def chapters(path: Path) -> list[tuple[float, float, str]]:
+    """The chapters as FFmpeg's command line reads them: start, end (s), title."""
+    found = ffprobe(path, "-show_chapters")["chapters"]
+    return [(round(float(c["start_time"]), 3), round(float(c["end_time"]), 3), c.get("tags", {}).get("title"))
+            for c in found]
+
+
+def video_frames(path: Path, *entries: str) -> list[dict]:
+    """Each video frame's ``entries`` as ffprobe reads them, in presentation order."""
+    return ffprobe(path, "-select_streams", "v:0", "-show_entries", "frame=" + ",".join(entries))["frames"]
+
+
+def video_stream(path: Path) -> dict:
+    return ffprobe(path, "-select_streams", "v:0", "-show_streams")["streams"][0]
+
+
+def _source() -> Path:
+    return shared_file(TALKING_HEAD)
+
+
+def _ffmetadata(folder: Path) -> Path:
+    lines = [";FFMETADATA1"]
+    for start, end, title in CHAPTERS:
+        lines += ["[CHAPTER]", "TIMEBASE=1/1000", f"START={int(start * 1000)}", f"END={int(end * 1000)}", f"title={title}"]
+    path = folder / "chapters.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def ffmpeg_chapters(path: Path) -> Path:
+    """The talking head with two chapters, as FFmpeg's command line (and yt-dlp's
+    ``--embed-chapters``, which calls it) writes them: in MP4/MOV a QuickTime chapter text track."""
+    ffmpeg("-i", _source(), "-i", _ffmetadata(path.parent), "-map", "0", "-map_chapters", "1", "-t", "0.8",
+           "-c", "copy", path)
+    return path
+
+
+def mkvmerge_chapters(path: Path) -> Path:
+    """The talking head remuxed by mkvmerge with an XML chapter file, as most Matroska files are made."""
+    atoms = "".join(f"<ChapterAtom><ChapterTimeStart>{_clock(start)}</ChapterTimeStart>"
+                    f"<ChapterTimeEnd>{_clock(end)}</ChapterTimeEnd>"
+                    f"<ChapterDisplay><ChapterString>{title}</ChapterString></ChapterDisplay></ChapterAtom>"
+                    for start, end, title in CHAPTERS)
+    xml = path.parent / "chapters.xml"
+    xml.write_text(f'<?xml version="1.0"?><Chapters><EditionEntry>{atoms}</EditionEntry></Chapters>')
+    short = path.parent / "short.mp4"
+    ffmpeg("-i", _source(), "-t", "0.8", "-c", "copy", short)
+    run(tool("mkvmerge"), "-q", "-o", path, "--chapters", xml, short)
+    return path
+
+
+def mp4box_chapters(path: Path) -> Path:
+    """The talking head with chapters added by GPAC's MP4Box (a chapter text track and Nero chapters)."""
+    text = path.parent / "chapters_mp4box.txt"
+    text.write_text("".join(f"{_clock(start)} {title}\n" for start, _, title in CHAPTERS))
+    ffmpeg("-i", _source(), "-t", "0.8", "-c", "copy", path)
+    run(tool("MP4Box"), "-quiet", "-chap", text, path)
+    return path
+
+
+def _clock(seconds: float) -> str:
+    return f"00:00:{seconds:06.3f}"
+
+
+def _rbsp_to_ebsp(payload: bytes) -> bytes:
+    """H.264's emulation prevention: an 0x03 after two zero bytes that precede a byte up to 3."""
+    out, zeros = bytearray(), 0
+    for byte in payload:
+        if zeros >= 2 and byte <= 3:
+            out.append(3)
+            zeros = 0
+        out.append(byte)
+        zeros = zeros + 1 if byte == 0 else 0
+    return bytes(out)
+
+
+def caption_bytes(picture: int) -> bytes:
+    """The CEA-608 pair a broadcast encoder would send with picture ``picture`` (field 1, two
+    characters with odd parity), as the three-byte cc_data construct of ATSC A/53."""
+    pair = [0x80 | (0x41 + picture % 26), 0x80 | (0x30 + picture % 10)]
+    return bytes([0xFC, *pair])
+
+
+def _a53_sei(picture: int) -> bytes:
+    """An H.264 SEI NAL unit holding ATSC A/53 closed captions (user data registered by ITU-T T.35,
+    provider 0x31, 'GA94', type 3)."""
+    cc_data = bytes([0x40 | 1, 0xFF]) + caption_bytes(picture) + b"\xff"
+    t35 = b"\xb5\x00\x31GA94\x03" + cc_data
+    return b"\x00\x00\x00\x01\x06" + _rbsp_to_ebsp(bytes([4, len(t35)]) + t35 + b"\x80")
+
+
+def captioned_h264(path: Path) -> Path:
+    """The talking head as a broadcast H.264 encoder sends it: CEA-608 captions in A/53 SEI on
+    every picture, then encoded by FFmpeg's command line as a camera would (x264 medium, B-frames,
+    which writes the decoded captions back from each frame)."""
+    plain, captioned = path.parent / "plain.h264", path.parent / "captioned.h264"
+    ffmpeg("-i", _source(), "-t", "1.2", "-an", "-c:v", "libx264", "-preset", "ultrafast", "-bf", "0", "-f", "h264",
+           plain)
+    data = plain.read_bytes()
+    out, previous, picture = bytearray(), 0, 0
+    for match in re.finditer(b"\x00\x00\x01", data):
+        start = match.start()
+        if data[start + 3] & 0x1F in (1, 5):  # a slice: x264 codes each picture as one
+            begin = start - 1 if start and data[start - 1] == 0 else start
+            out += data[previous:begin] + _a53_sei(picture)
+            previous, picture = begin, picture + 1
+    captioned.write_bytes(bytes(out + data[previous:]))
+    ffmpeg("-r", "25", "-i", captioned, "-i", _source(), "-map", "0:v", "-map", "1:a", "-t", "1.2", "-c:a", "copy",
+           "-c:v", "libx264", "-preset", "medium", "-bf", "3", "-a53cc", "1", path)
+    return path
+
+
+def broadcast_mpeg2_ts(path: Path, captioned: Path) -> Path:
+    """``captioned`` as a broadcast transport stream: interlaced MPEG-2 4:2:2, top field first,
+    with its captions as A/53 picture user data, MPEG audio."""
+    ffmpeg("-i", captioned, "-vf", "scale=720:576,setsar=16/15", "-c:v", "mpeg2video", "-pix_fmt", "yuv422p",
+           "-flags", "+ildct+ilme", "-top", "1", "-a53cc", "1", "-b:v", "8M", "-c:a", "mp2", "-f", "mpegts", path)
+    return path
+
+
+def xdcam_mxf(path: Path) -> Path:
+    """An XDCAM-style MXF: long-GOP MPEG-2 4:2:2 at 50 Mb/s, interlaced top field first, 24-bit PCM."""
+    ffmpeg("-i", _source(), "-t", "0.5", "-vf", "scale=720:576,setsar=16/15,format=yuv422p,setfield=tff",
+           "-c:v", "mpeg2video", "-b:v", "50M", "-maxrate", "50M", "-minrate", "50M", "-bufsize", "17825792",
+           "-flags", "+ildct+ilme", "-top", "1", "-g", "12", "-bf", "2", "-c:a", "pcm_s24le", "-ar", "48000", path)
+    return path
+
+
+def scc_captions_mov(path: Path) -> Path:
+    """The talking head with a QuickTime closed-caption track (``c608``), muxed by FFmpeg's command
+    line from a Scenarist SCC file, as caption houses deliver them."""
+    scc = path.parent / "captions.scc"
+    scc.write_text("Scenarist_SCC V1.0\n\n"
+                   "00:00:00:00\t9420 9420 94ae 94ae 9452 9452 97a2 97a2 c8e5 ecec ef80 942c 942c 942f 942f\n\n"
+                   "00:00:00:12\t9420 9420 94ae 94ae 9452 9452 d7ef f2ec e480 942c 942c 942f 942f\n")
+    ffmpeg("-i", _source(), "-i", scc, "-map", "0:v", "-map", "0:a", "-map", "1", "-t", "1", "-c", "copy", path)
+    return path
+
+
+def dv(path: Path) -> Path:
+    """A PAL DV capture, 16:9 anamorphic (SAR 64:45), bottom field first as DV always is, with
+    48 kHz PCM sound; in AVI (which stores no field order) or MOV, by the extension."""
+    ffmpeg("-i", _source(), "-t", "0.5", "-vf", "scale=720:576,setsar=64/45,setfield=bff", "-c:v", "dvvideo",
+           "-c:a", "pcm_s16le", "-ar", "48000", path)
+    return path
+
+
+def dnxhr_mov(path: Path) -> Path:
+    """An Avid-style DNxHR HQ intermediate in MOV, 1080p 4:2:2."""
+    ffmpeg("-i", _source(), "-t", "0.3", "-an", "-vf", "scale=1920:1080,setsar=1,format=yuv422p",
+           "-c:v", "dnxhd", "-profile:v", "dnxhr_hq", path)
+    return path
+
+
+def vp9_alpha_webm(path: Path) -> Path:
+    """A WebM overlay: VP9 with an alpha channel (a left-to-right ramp), as libvpx writes it."""
+    ffmpeg("-i", _source(), "-t", "0.5", "-an", "-vf", "format=yuva420p,geq=lum='lum(X,Y)':cb='cb(X,Y)':"
+           "cr='cr(X,Y)':a='64+X/4'", "-c:v", "libvpx-vp9", "-b:v", "1M", path)
+    return path
+
+
+def ffv1_archive(path: Path) -> Path:
+    """A PAL archive master: FFV1 version 3 (slice CRCs, the SAR in every frame), SAR 16:15, in Matroska."""
+    ffmpeg("-i", _source(), "-t", "0.5", "-an", "-vf", "scale=720:576,setsar=16/15", "-c:v", "ffv1", "-level", "3",
+           "-slicecrc", "1", "-g", "1", path)
+    return path

@@ -1,0 +1,174 @@
+"""Files as other tools write them (tests/made_by_tools.py: FFmpeg's command line, mkvmerge,
+MP4Box) through the real command line: chapters, closed captions, DV, DNxHR, XDCAM-style MPEG-2,
+VP9 with alpha and an FFV1 archive master keep what a user would check, read back by FFmpeg's
+command line where it can tell; what cannot be kept is named, and refused under --strict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from gpen_video.media.colour import frame_planes
+from gpen_video.media.decoders import CpuDecoder
+
+from . import made_by_tools as tools
+from .test_preservation import _packets, _warnings, gpen_video
+
+
+def _captions(path: Path) -> list[bytes | None]:
+    """Each frame's A/53 closed-caption bytes, in presentation order (None where it has none)."""
+    with av.open(str(path)) as container:
+        found = []
+        for frame in container.decode(video=0):
+            data = frame.side_data.get(av.sidedata.sidedata.Type.A53_CC)
+            found.append(bytes(data) if data is not None else None)
+        return found
+
+
+@pytest.mark.parametrize(("build", "ext"), [(tools.ffmpeg_chapters, ".mp4"), (tools.ffmpeg_chapters, ".mov"),
+                                            (tools.ffmpeg_chapters, ".mkv"), (tools.mkvmerge_chapters, ".mkv"),
+                                            (tools.mp4box_chapters, ".mp4")])
+def test_chapters_as_other_tools_write_them_stay_chapters(small_gpen, tmp_path, build, ext):
+    src = build(tmp_path / f"in{ext}")
+    assert tools.chapters(src) == tools.CHAPTERS
+    out = tmp_path / f"out{ext}"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    assert tools.chapters(out) == tools.CHAPTERS
+
+
+def test_a53_captions_stay_on_every_frame_in_order(small_gpen, tmp_path):
+    src = tools.captioned_h264(tmp_path / "in.mp4")
+    captions = _captions(src)
+    assert len(captions) == 30 and None not in captions  # every picture carried its pair
+    assert sorted(captions) == sorted(tools.caption_bytes(n) for n in range(30))
+    out = tmp_path / "out.mp4"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+    assert run.returncode == 0, run.stderr
+    assert "30 faces restored on 30 frames" in run.stderr  # restored frames carry them, not only passed-through ones
+    assert _warnings(run) == []
+    assert _captions(out) == captions
+    x265 = tmp_path / "out_x265.mkv"
+    assert gpen_video(small_gpen, src, x265, "--codec", "libx265", "--preset", "ultrafast").returncode == 0
+    assert _captions(x265) == captions
+
+
+def test_captions_an_encoder_cannot_carry_are_named_and_refused_under_strict(small_gpen, tmp_path):
+    src = tools.captioned_h264(tmp_path / "in.mp4")
+    out = tmp_path / "out.mov"
+    run = gpen_video(small_gpen, src, out, "--codec", "prores_ks")
+    assert run.returncode == 0, run.stderr
+    message = ("the closed captions in the input's video are left out: prores_ks cannot carry them "
+               "(h264_nvenc, hevc_nvenc, libx264, libx265, mpeg2video can)")
+    assert _warnings(run) == [f"gpen-video: {message}"]
+    strict = gpen_video(small_gpen, src, tmp_path / "strict.mov", "--codec", "prores_ks", "--strict")
+    assert strict.returncode == 1
+    assert strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
+    assert not (tmp_path / "strict.mov").exists()
+
+
+def test_broadcast_mpeg2_keeps_codec_chroma_fields_and_captions(small_gpen, tmp_path):
+    src = tools.broadcast_mpeg2_ts(tmp_path / "in.ts", tools.captioned_h264(tmp_path / "captioned.mp4"))
+    out = tmp_path / "out.mov"
+    run = gpen_video(small_gpen, src, out)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []  # MPEG-2 and MPEG audio both fit in MOV
+    stream = tools.video_stream(out)
+    assert (stream["codec_name"], stream["profile"], stream["pix_fmt"], stream["field_order"]) == (
+        "mpeg2video", "4:2:2", "yuv422p", "tt")
+    assert {(f["interlaced_frame"], f["top_field_first"]) for f in tools.video_frames(
+        out, "interlaced_frame", "top_field_first")} == {(1, 1)}
+    assert _captions(out) == _captions(src)
+    assert None not in _captions(out)
+
+
+def test_a_caption_track_is_copied_into_mov_and_named_elsewhere(small_gpen, tmp_path):
+    src = tools.scc_captions_mov(tmp_path / "in.mov")
+    out = tmp_path / "out.mov"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    assert tools.ffprobe(out, "-select_streams", "s", "-show_streams")["streams"][0]["codec_tag_string"] == "c608"
+    assert _packets(out, 2) == _packets(src, 2)
+    mp4 = gpen_video(small_gpen, src, tmp_path / "out.mp4", "--preset", "ultrafast")
+    assert _warnings(mp4) == ["gpen-video: subtitle stream #2 (eia_608) cannot be copied into .mp4; it is left out "
+                              "(.mov can hold it)"]
+
+
+@pytest.mark.parametrize("ext", [".avi", ".mov"])
+def test_dv_stays_dv_bottom_field_first_with_its_sar(small_gpen, tmp_path, ext):
+    src = tools.dv(tmp_path / f"in{ext}")
+    out = tmp_path / "out.mov"
+    run = gpen_video(small_gpen, src, out)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    assert "faces restored on 13 frames" in run.stderr
+    stream = tools.video_stream(out)
+    assert (stream["codec_name"], stream["field_order"], stream["sample_aspect_ratio"]) == ("dvvideo", "bb", "64:45")
+    frames = tools.video_frames(out, "interlaced_frame", "top_field_first", "sample_aspect_ratio")
+    assert len(frames) == 13
+    assert {(f["interlaced_frame"], f["top_field_first"], f["sample_aspect_ratio"]) for f in frames} == {
+        (1, 0, "64:45")}
+
+
+def test_dnxhr_keeps_its_profile_and_mov_takes_dnxhd_when_asked(small_gpen, tmp_path):
+    src = tools.dnxhr_mov(tmp_path / "in.mov")
+    out = tmp_path / "out.mov"
+    run = gpen_video(small_gpen, src, out)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    stream = tools.video_stream(out)
+    assert (stream["codec_name"], stream["profile"], stream["pix_fmt"]) == ("dnxhd", "DNXHR HQ", "yuv422p")
+    asked = gpen_video(small_gpen, tools.ffmpeg_chapters(tmp_path / "h264.mov"), tmp_path / "asked.mov",
+                       "--codec", "dnxhd")
+    assert asked.returncode == 0, asked.stderr
+    assert tools.video_stream(tmp_path / "asked.mov")["codec_name"] == "dnxhd"
+
+
+def test_xdcam_mxf_stays_interlaced_mpeg2_422(small_gpen, tmp_path):
+    src = tools.xdcam_mxf(tmp_path / "in.mxf")
+    out = tmp_path / "out.mov"
+    run = gpen_video(small_gpen, src, out)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    stream = tools.video_stream(out)
+    assert (stream["codec_name"], stream["profile"], stream["pix_fmt"], stream["field_order"]) == (
+        "mpeg2video", "4:2:2", "yuv422p", "tt")
+    assert len(tools.video_frames(out, "pts")) == len(tools.video_frames(src, "pts"))
+    # the 24-bit PCM, sample for sample (MOV packs its samples into packets of its own size)
+    assert b"".join(data for _, data in _packets(out, 1)) == b"".join(data for _, data in _packets(src, 1))
+
+
+def _alpha(path: Path) -> list[np.ndarray]:
+    """Each frame's alpha plane, decoded as the pipeline decodes it (libvpx, which reads it)."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [frame_planes(frame)[3].copy() for frame in CpuDecoder(stream).frames(container, stream)]
+
+
+def test_vp9_alpha_keeps_its_alpha(small_gpen, tmp_path):
+    src = tools.vp9_alpha_webm(tmp_path / "in.webm")
+    out = tmp_path / "out.webm"
+    run = gpen_video(small_gpen, src, out)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    assert "faces restored on 13 frames" in run.stderr
+    before, after = _alpha(src), _alpha(out)
+    assert len(after) == len(before) == 13
+    for a, b in zip(before, after):  # the ramp, through a second lossy VP9 coding
+        assert np.abs(a.astype(int) - b.astype(int)).mean() < 2
+        assert a.min() < 80 and a.max() > 150
+
+
+def test_an_ffv1_archive_master_keeps_its_sar_on_every_frame(small_gpen, tmp_path):
+    src = tools.ffv1_archive(tmp_path / "in.mkv")
+    out = tmp_path / "out.mkv"
+    run = gpen_video(small_gpen, src, out)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    frames = tools.video_frames(out, "sample_aspect_ratio")
+    assert len(frames) == 13 and {f["sample_aspect_ratio"] for f in frames} == {"16:15"}
