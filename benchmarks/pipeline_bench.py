@@ -243,6 +243,9 @@ def _print_long(rows: _Rows, seconds: float, long_seconds: float) -> None:
     if "run_rss_mib_uhd" in rows:
         print(f"peak RSS of a whole 3840x2160 run: {rows['run_rss_mib_uhd']:.0f} MiB, "
               f"{rows['run_rss_uhd_over_hd']:.2f}x the 1080p run's")
+    if "run_rss_mib_8k" in rows:
+        print(f"peak RSS of a whole 7680x4320 run: {rows['run_rss_mib_8k']:.0f} MiB, "
+              f"{rows['run_rss_8k_over_hd']:.2f}x the 1080p run's, {rows['run_fps_8k']:.1f} fps")
 
 
 def main() -> None:
@@ -257,6 +260,9 @@ def main() -> None:
     ap.add_argument("--uhd-seconds", type=float, default=10.0,
                     help="length of a 3840x2160 one-face clip whose whole run's peak memory is set beside the "
                          "1080p one's (0: skip)")
+    ap.add_argument("--8k-seconds", dest="eightk_seconds", type=float, default=2.0,
+                    help="length of a 7680x4320 one-face clip whose whole run's peak memory and fps are set beside "
+                         "the 1080p run's (0: none)")
     ap.add_argument("--long-seconds", type=float, default=600.0,
                     help="length of the long one-face clip: its peak memory is compared with the short one's, "
                          "its fps with a transcode's (0: skip)")
@@ -308,6 +314,12 @@ def main() -> None:
                                  args.uhd_seconds, (3840, 2160))
                 rows["run_rss_mib_uhd"] = whole_run(uhd, tmp_path / "ru.mp4", rss_options)["peak_rss_mib"]
                 rows["run_rss_uhd_over_hd"] = rows["run_rss_mib_uhd"] / rows["run_rss_mib_short"]
+            if args.eightk_seconds and not args.smoke:  # 8K: memory bounded as 4K's, and its speed
+                eightk = build_clip(SHARED / "talking_head_speech_retalking2.mp4", tmp_path / "8k.mp4",
+                                    args.eightk_seconds, (7680, 4320))
+                run = whole_run(eightk, tmp_path / "r8.mp4", rss_options)
+                rows["run_rss_mib_8k"], rows["run_fps_8k"] = run["peak_rss_mib"], run["fps"]
+                rows["run_rss_8k_over_hd"] = rows["run_rss_mib_8k"] / rows["run_rss_mib_short"]
             rows["run_rss_growth"] = rows["run_rss_mib_long"] / rows["run_rss_mib_short"] - 1
             # The one-face ratio again on the long clip, where the pipeline's fixed start-up and
             # drain (filling ~120 frames in flight) weigh less than on the short one.
