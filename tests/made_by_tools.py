@@ -1,7 +1,8 @@
 """Files as other tools write them, built at test time from the real media in ../shared: FFmpeg's
-command line (Debian's FFmpeg, another version than PyAV's), MKVToolNix's ``mkvmerge`` and GPAC's
-``MP4Box``. tests/corpus.py builds its files with the project's own PyAV, which only proves the
-project agrees with itself; these are what cameras, editors, archives and broadcasters hand over.
+command line (Debian's FFmpeg, another version than PyAV's), MKVToolNix's ``mkvmerge``, GPAC's
+``MP4Box``, ExifTool and libheif's ``heif-enc``. tests/corpus.py builds its files with the
+project's own PyAV, which only proves the project agrees with itself; these are what cameras,
+editors, archives and broadcasters hand over.
 
 Each builder needs its tool: a test skips with the reason when the tool is absent, and fails
 under ``GPEN_VIDEO_REQUIRE_SHARED=1`` (CI) unless CI found the tool not packaged for its system
@@ -30,7 +31,8 @@ def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         unpackaged = os.environ.get("GPEN_VIDEO_UNPACKAGED_TOOLS", "").split()
-        message = f"{name} is not installed (Debian: ffmpeg, mkvtoolnix, gpac)"
+        message = (f"{name} is not installed (Debian packages: ffmpeg, mkvtoolnix, gpac, libimage-exiftool-perl, "
+                   f"libheif-examples)")
         if REQUIRE_SHARED and name not in unpackaged:
             pytest.fail(message)
         pytest.skip(message + ("; this system has no package for it" if name in unpackaged else ""))
@@ -79,7 +81,8 @@ def _source() -> Path:
 def _ffmetadata(folder: Path) -> Path:
     lines = [";FFMETADATA1"]
     for start, end, title in CHAPTERS:
-        lines += ["[CHAPTER]", "TIMEBASE=1/1000", f"START={int(start * 1000)}", f"END={int(end * 1000)}", f"title={title}"]
+        lines += ["[CHAPTER]", "TIMEBASE=1/1000", f"START={int(start * 1000)}", f"END={int(end * 1000)}",
+                  f"title={title}"]
     path = folder / "chapters.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -221,4 +224,39 @@ def ffv1_archive(path: Path) -> Path:
     """A PAL archive master: FFV1 version 3 (slice CRCs, the SAR in every frame), SAR 16:15, in Matroska."""
     ffmpeg("-i", _source(), "-t", "0.5", "-an", "-vf", "scale=720:576,setsar=16/15", "-c:v", "ffv1", "-level", "3",
            "-slicecrc", "1", "-g", "1", path)
+    return path
+
+
+PHOTO = "media/images/whole_facexlib_test.jpg"  # 418x520, one face, MIT
+
+
+def photo_png(path: Path, pix_fmt: str) -> Path:
+    """The photo as FFmpeg's command line writes a PNG in ``pix_fmt``: rgb48be (16-bit colour),
+    gray or gray16be (greyscale, as scanners write old photos)."""
+    ffmpeg("-i", shared_file(PHOTO), "-pix_fmt", pix_fmt, path)
+    return path
+
+
+def phone_jpeg(path: Path, icc: bytes) -> Path:
+    """The photo as a phone stores it: the pixels sideways with EXIF orientation 6 (turn 90°
+    clockwise to show), the camera's make, model and capture time, and an ICC profile, all written
+    by ExifTool into a JPEG from FFmpeg's command line."""
+    profile = path.parent / "profile.icc"
+    profile.write_bytes(icc)
+    ffmpeg("-i", shared_file(PHOTO), "-vf", "transpose=2", "-q:v", "2", path)
+    run(tool("exiftool"), "-q", "-overwrite_original", "-Make=Apple", "-Model=iPhone 15 Pro",
+        "-DateTimeOriginal=2026:05:01 10:00:00", "-Orientation#=6", f"-ICC_Profile<={profile}", path)
+    return path
+
+
+def exif_tags(path: Path, *names: str) -> dict[str, str]:
+    """Tags as ExifTool reads them (``-n``: numbers as stored)."""
+    done = subprocess.run([tool("exiftool"), "-json", "-n", *(f"-{name}" for name in names), str(path)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return {k: v for k, v in json.loads(done.stdout)[0].items() if k != "SourceFile"}
+
+
+def heif_photo(path: Path) -> Path:
+    """The photo as HEIC (a phone's default) or AVIF, by the extension, written by libheif's heif-enc."""
+    run(tool("heif-enc"), "-q", "90", *(["-A"] if path.suffix == ".avif" else []), "-o", path, shared_file(PHOTO))
     return path

@@ -1,20 +1,25 @@
 """Files as other tools write them (tests/made_by_tools.py: FFmpeg's command line, mkvmerge,
-MP4Box) through the real command line: chapters, closed captions, DV, DNxHR, XDCAM-style MPEG-2,
-VP9 with alpha and an FFV1 archive master keep what a user would check, read back by FFmpeg's
-command line where it can tell; what cannot be kept is named, and refused under --strict."""
+MP4Box, ExifTool, heif-enc) through the real command line: chapters, closed captions, DV, DNxHR,
+XDCAM-style MPEG-2, VP9 with alpha, an FFV1 archive master, 16-bit and greyscale PNG, a phone's
+JPEG and HEIF photos keep what a user would check, read back by the other tools where they can
+tell; what cannot be kept is named, and refused under --strict."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pytest
+from PIL import Image, ImageCms
 
 from gpen_video.media.colour import frame_planes
 from gpen_video.media.decoders import CpuDecoder
 
 from . import made_by_tools as tools
+from .conftest import SMALL_GPEN_SIZE, paste_region
 from .test_preservation import _packets, _warnings, gpen_video
 
 
@@ -172,3 +177,69 @@ def test_an_ffv1_archive_master_keeps_its_sar_on_every_frame(small_gpen, tmp_pat
     assert _warnings(run) == []
     frames = tools.video_frames(out, "sample_aspect_ratio")
     assert len(frames) == 13 and {f["sample_aspect_ratio"] for f in frames} == {"16:15"}
+
+
+def _restore_photo(small_gpen, src: Path, out: Path, *args) -> tuple[object, np.ndarray]:
+    """Restore a photo; the run, and the pixels its face can reach (from the tracks file)."""
+    tracks = out.with_suffix(".json")
+    run = gpen_video(small_gpen, src, out, "--tracks-out", tracks, *args)
+    assert run.returncode == 0, run.stderr
+    frames = json.loads(tracks.read_text())["frames"]
+    assert len(frames) == 1 and len(frames[0]["faces"]) == 1
+    image = cv2.imread(str(out), cv2.IMREAD_UNCHANGED)
+    return run, paste_region(frames[0]["faces"], SMALL_GPEN_SIZE, *image.shape[:2])
+
+
+@pytest.mark.parametrize("pix_fmt", ["rgb48be", "gray", "gray16be"])
+def test_a_png_keeps_its_depth_and_greyness(small_gpen, tmp_path, pix_fmt):
+    src = tools.photo_png(tmp_path / "in.png", pix_fmt)
+    out = tmp_path / "out.png"
+    run, region = _restore_photo(small_gpen, src, out)
+    assert _warnings(run) == []
+    before, after = cv2.imread(str(src), cv2.IMREAD_UNCHANGED), cv2.imread(str(out), cv2.IMREAD_UNCHANGED)
+    assert (after.dtype, after.ndim) == (before.dtype, before.ndim) == (
+        np.uint16 if "48" in pix_fmt or "16" in pix_fmt else np.uint8, 3 if pix_fmt == "rgb48be" else 2)
+    changed = after != before if after.ndim == 2 else np.any(after != before, axis=2)
+    assert changed.any() and not changed[~region].any()  # restored, and exact where the face does not reach
+    assert Image.open(out).mode == Image.open(src).mode  # I;16 stays I;16, L stays L, RGB stays RGB
+
+
+def test_a_phone_jpeg_keeps_its_exif_and_icc_and_stands_upright(small_gpen, tmp_path):
+    icc = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    src = tools.phone_jpeg(tmp_path / "in.jpg", icc)
+    stored = cv2.imread(str(src), cv2.IMREAD_UNCHANGED)
+    out = tmp_path / "out.jpg"
+    run, _ = _restore_photo(small_gpen, src, out)
+    assert _warnings(run) == []
+    assert cv2.imread(str(out), cv2.IMREAD_UNCHANGED).shape == (stored.shape[1], stored.shape[0], 3)  # upright
+    tags = tools.exif_tags(out, "Make", "Model", "DateTimeOriginal", "Orientation")
+    assert tags == {"Make": "Apple", "Model": "iPhone 15 Pro", "DateTimeOriginal": "2026:05:01 10:00:00",
+                    "Orientation": 1}  # stored upright now: a viewer must not turn it again
+    assert Image.open(out).info["icc_profile"] == icc
+
+
+def test_what_an_image_format_cannot_hold_is_named_and_refused_under_strict(small_gpen, tmp_path):
+    deep = tools.photo_png(tmp_path / "deep.png", "rgb48be")
+    run = gpen_video(small_gpen, deep, tmp_path / "out.jpg")
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run)[0] == ("gpen-video: 16-bit samples are stored as 8-bit: .jpg holds 8 bits "
+                                 "(.png and .tif hold 16)")
+    cmyk = tmp_path / "cmyk.jpg"
+    Image.open(tools.shared_file(tools.PHOTO)).convert("CMYK").save(cmyk, quality=95)  # as print workflows hand over
+    run = gpen_video(small_gpen, cmyk, tmp_path / "cmyk_out.jpg")
+    assert _warnings(run) == ["gpen-video: the photo's CMYK colours are written as RGB (gpen-video restores in RGB)"]
+    strict = gpen_video(small_gpen, cmyk, tmp_path / "strict.jpg", "--strict")
+    assert strict.returncode == 1 and not (tmp_path / "strict.jpg").exists()
+    assert strict.stderr.strip() == ("gpen-video: error: the photo's CMYK colours are written as RGB (gpen-video "
+                                     "restores in RGB) (refused: --strict)")
+
+
+def test_avif_is_read_as_a_photo_and_heic_refused_in_one_line(small_gpen, tmp_path):
+    avif = tools.heif_photo(tmp_path / "in.avif")
+    run, _ = _restore_photo(small_gpen, avif, tmp_path / "out.png")
+    assert _warnings(run) == []
+    heic = tools.heif_photo(tmp_path / "in.heic")
+    refused = gpen_video(small_gpen, heic, tmp_path / "out.jpg")
+    assert refused.returncode == 1 and not (tmp_path / "out.jpg").exists()
+    assert refused.stderr.strip() == (f"gpen-video: error: cannot read {heic}: HEIC/HEIF photos are not "
+                                      f"supported here; convert it to JPEG, PNG or TIFF first")

@@ -108,7 +108,8 @@ def weave(whole: av.VideoFrame, fields: dict[int, av.VideoFrame]) -> av.VideoFra
 #: field order; the others read it from the codec context or from each frame's flags.
 _INTERLACED_PARAMS = {"libx264": {True: ["tff=1"], False: ["bff=1"]},
                       "libx265": {True: ["interlace=tff"], False: ["interlace=bff"]},
-                      **{codec: {True: [], False: []} for codec in ("prores_ks", "ffv1", "mpeg2video", "dvvideo", "dnxhd")}}
+                      **{codec: {True: [], False: []}
+                         for codec in ("prores_ks", "ffv1", "mpeg2video", "dvvideo", "dnxhd")}}
 
 
 def encoder_params(codec: str, order: FieldOrder) -> list[str] | None:

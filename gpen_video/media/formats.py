@@ -136,8 +136,8 @@ def _format_name(encoder: str) -> str:
 def _input_options(encoder: str, source: av.stream.Stream) -> dict[str, str]:
     """What an encoder needs to write the input's own flavour of its codec: ProRes's profile
     (4444 keeps alpha; prores_ks would pick HQ), DNxHD/DNxHR's profile (and classic DNxHD's bit
-    rate, which picks its compression ID; DNxHR HQ from other codecs), MPEG-2's bit rate (its encoder's default is 200 kb/s),
-    FFV1's version 3."""
+    rate, which picks its compression ID; DNxHR HQ from other codecs), MPEG-2's bit rate (its
+    encoder's default is 200 kb/s), FFV1's version 3."""
     name = source.codec_context.codec.canonical_name
     if encoder == "prores_ks" and name == "prores":
         profile = PRORES_PROFILES.get(source.profile or "")

@@ -439,7 +439,7 @@ class Engine:
         self._refuse_range(input)
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
         picture = read_image(input)
-        writer = ImageWriter(output, job.overwrite)
+        writer = ImageWriter(output, job.overwrite, original=input, strict=self.options.strict)
         try:
             pool = self.pool(1)
             pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
