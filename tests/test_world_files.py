@@ -7,6 +7,7 @@ tell; what cannot be kept is named, and refused under --strict."""
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -18,9 +19,10 @@ from PIL import Image, ImageCms
 from gpen_video.media.colour import frame_planes
 from gpen_video.media.decoders import CpuDecoder
 
+from . import corpus
 from . import made_by_tools as tools
-from .conftest import SMALL_GPEN_SIZE, paste_region
-from .test_preservation import _packets, _warnings, gpen_video
+from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region
+from .test_preservation import ON_GPU, _packets, _warnings, gpen_video
 
 
 def _captions(path: Path) -> list[bytes | None]:
@@ -120,6 +122,48 @@ def test_dv_stays_dv_bottom_field_first_with_its_sar(small_gpen, tmp_path, ext):
         (1, 0, "64:45")}
 
 
+def _squeezed(region: np.ndarray, stored_width: int) -> np.ndarray:
+    """A shown-size region on stored columns: a stored column counts where the resampling between
+    the two widths reaches any shown pixel of the region (a bilinear kernel as wide as the ratio)."""
+    ratio = region.shape[1] / stored_width
+    columns = region.any(axis=0) if region.ndim == 2 else region
+    out = np.zeros((region.shape[0], stored_width), bool)
+    for x in range(stored_width):
+        lo, hi = int(np.floor((x + 0.5) * ratio - ratio)), int(np.ceil((x + 0.5) * ratio + ratio))
+        out[:, x] = region[:, max(lo, 0) : hi + 1].any(axis=1) if columns[max(lo, 0) : hi + 1].any() else False
+    return out
+
+
+@pytest.mark.parametrize(("build", "device"), [
+    pytest.param(tools.hdv, "cpu", id="ffmpeg-cpu"),
+    pytest.param(corpus.anamorphic, "cuda", id="pyav-gpu", marks=ON_GPU.marks)])
+def test_anamorphic_faces_are_restored_as_shown(small_gpen, tmp_path, build, device):
+    """HDV's 1440x1080 at SAR 4:3: faces are found, aligned and restored on the picture as shown
+    (1920 wide), so a restored region has the face's shown proportions, not a third wider; every
+    stored sample the paste-back cannot reach is exact, and the SAR is kept. (The GPU has no
+    FFmpeg command line: there PyAV writes the same clip.)"""
+    src = build(tmp_path / "in.mp4")
+    out, tracks = tmp_path / "out.mkv", tmp_path / "tracks.json"
+    run = gpen_video(small_gpen, src, out, "--codec", "ffv1", "--tracks-out", tracks, device=device)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    with av.open(str(out)) as container:  # read by PyAV: the GPU machine has no FFmpeg command line
+        assert container.streams.video[0].sample_aspect_ratio == Fraction(4, 3)
+    frames = json.loads(tracks.read_text())["frames"]
+    before, after = decoded_planes(src), decoded_planes(out)
+    assert len(frames) == len(after) == 8
+    for record, planes_in, planes_out in zip(frames, before, after):
+        assert len(record["faces"]) == 1
+        shown = paste_region(record["faces"], SMALL_GPEN_SIZE, 1080, 1920)  # tracks are in shown pixels
+        changed = planes_in[0] != planes_out[0]
+        assert changed.any() and not changed[~_squeezed(shown, 1440)].any()
+        ys, xs = np.nonzero(changed)
+        shown_ys, shown_xs = np.nonzero(shown)
+        restored_ratio = (xs.max() - xs.min()) * 4 / 3 / (ys.max() - ys.min())
+        face_ratio = (shown_xs.max() - shown_xs.min()) / (shown_ys.max() - shown_ys.min())
+        assert abs(restored_ratio / face_ratio - 1) < 0.05, (restored_ratio, face_ratio)
+
+
 def test_dnxhr_keeps_its_profile_and_mov_takes_dnxhd_when_asked(small_gpen, tmp_path):
     src = tools.dnxhr_mov(tmp_path / "in.mov")
     out = tmp_path / "out.mov"
@@ -177,6 +221,7 @@ def test_an_ffv1_archive_master_keeps_its_sar_on_every_frame(small_gpen, tmp_pat
     assert _warnings(run) == []
     frames = tools.video_frames(out, "sample_aspect_ratio")
     assert len(frames) == 13 and {f["sample_aspect_ratio"] for f in frames} == {"16:15"}
+    assert tools.video_stream(out)["sample_aspect_ratio"] == "16:15"  # and in the Matroska header
 
 
 def _restore_photo(small_gpen, src: Path, out: Path, *args) -> tuple[object, np.ndarray]:

@@ -9,6 +9,7 @@ Samples no face touched are taken from the decoded planes unchanged, so they sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TypeVar
 
 import av
@@ -178,6 +179,11 @@ class Orientation:
         return image.transpose(-2, -1) if self.transpose else image
 
 
+def shown_width(width: int, sar: Fraction | None) -> int:
+    """A stored width as players show it, stretched by the sample aspect ratio (1440 at 4:3: 1920)."""
+    return max(1, round(width * sar)) if sar else width
+
+
 def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
     """The frame's display matrix (nine 16.16 / 2.30 fixed-point integers), or None."""
     for side_data in frame.side_data:
@@ -219,17 +225,28 @@ class PlaneLayout:
     orientation: Orientation  # from stored to upright
     field: FieldLines | None = None  # an interlaced frame's field: face work sees it line-doubled
     rgb: bool = False  # planar RGB (G, B, R planes, as photos are read): no matrix, no subsampling
+    #: Non-square pixels (anamorphic HDV, DV 16:9): (stored width, shown width). Face work sees the
+    #: picture stretched to its shown width, as players show it, so faces keep their proportions.
+    stretch: tuple[int, int] | None = None
 
     @classmethod
-    def of(cls, frame: av.VideoFrame, orientation: Orientation) -> PlaneLayout:
+    def of(cls, frame: av.VideoFrame, orientation: Orientation, sar: Fraction | None = None) -> PlaneLayout:
         """The layout of a planar YUV ``frame`` shown with ``orientation`` (from the decoded
-        frame's display matrix: a converted frame no longer carries it)."""
+        frame's display matrix: a converted frame no longer carries it) and the stream's sample
+        aspect ratio ``sar``."""
         luma = frame.format.components[0]
         chroma = av.VideoFormat(frame.format.name, 64, 64).components[1]  # an even size: odd ones round up
         shift = ((64 // chroma.height).bit_length() - 1, (64 // chroma.width).bit_length() - 1)
         kr, kb = _LUMA_WEIGHTS[matrix_tag(frame)]
         full = frame.color_range == _FULL_RANGE or frame.format.name.startswith("yuvj") or frame.format.is_rgb
-        return cls(luma.bits, shift, kr, kb, full, orientation, rgb=frame.format.is_rgb)
+        shown = shown_width(frame.width, sar)
+        stretch = (frame.width, shown) if shown != frame.width else None
+        return cls(luma.bits, shift, kr, kb, full, orientation, rgb=frame.format.is_rgb, stretch=stretch)
+
+    def _to_width(self, image: torch.Tensor, width: int) -> torch.Tensor:
+        """(N, C, h, w) resampled to ``width`` columns (bilinear; area-weighted when narrowing)."""
+        return F.interpolate(image, size=(image.shape[-2], width), mode="bilinear", align_corners=False,
+                             antialias=width < image.shape[-1])
 
     def _scale(self) -> tuple[float, float, float, float]:
         """(luma offset, luma span, chroma centre, chroma span) in sample units."""
@@ -250,6 +267,8 @@ class PlaneLayout:
             rgb = self._yuv_to_rgb(planes)
         if self.field is not None:
             rgb = self.field.doubled(rgb)
+        if self.stretch is not None:
+            rgb = self._to_width(rgb, self.stretch[1])
         return self.orientation.upright((rgb * 255).round_().clamp_(0, 255))
 
     def _yuv_to_rgb(self, planes: list[torch.Tensor]) -> torch.Tensor:
@@ -272,6 +291,8 @@ class PlaneLayout:
         planes of ``dtype`` (that of :func:`frame_planes`); chroma is the mean of the samples it covers.
         A field keeps only its own lines."""
         rgb = self.orientation.stored(rgb)
+        if self.stretch is not None:
+            rgb = self._to_width(rgb, self.stretch[0])
         if self.field is not None:
             rgb = self.field.own(rgb)
         top = 2**self.bits - 1
@@ -293,6 +314,8 @@ class PlaneLayout:
         """``new`` samples where ``changed`` (N, H, W upright bool) reaches them, else ``old``: a
         chroma sample counts as changed when any pixel it covers changed. An alpha plane is ``old``'s."""
         changed = self.orientation.stored(changed)
+        if self.stretch is not None:  # a stored sample changed if any shown pixel it makes changed
+            changed = self._to_width(changed[:, None].float(), self.stretch[0])[:, 0] > 0
         if self.field is not None:
             changed = self.field.own(changed)
         mask = changed[:, None].float()

@@ -1,8 +1,9 @@
-"""HDR10 static metadata in a finished Matroska/WebM file: the video track's ``MasteringMetadata``,
-``MaxCLL`` and ``MaxFALL`` elements, which FFmpeg's muxer writes only from stream side data that
-PyAV cannot hand it.
+"""Edits of a finished Matroska/WebM file's video track that FFmpeg's muxer makes only from stream
+fields PyAV cannot set: HDR10 static metadata (``MasteringMetadata``, ``MaxCLL`` and ``MaxFALL``
+in the track's ``Colour``), and the shown size of non-square pixels (``DisplayWidth``,
+``DisplayHeight``).
 
-The elements go into the video track's ``Colour``. The space they take comes out of the ``Void``
+The elements go into the video track's ``Video``. The space they take comes out of the ``Void``
 that FFmpeg's muxer leaves after the front ``SeekHead``, which lies before ``Tracks``: the
 elements between the two move back by as much, and nothing after the insertion moves (clusters,
 cues, tags), so the file keeps its length and only its first few hundred bytes are rewritten: the
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from .hdr import HdrMetadata
@@ -20,6 +22,7 @@ from .hdr import HdrMetadata
 SEGMENT, SEEK_HEAD, SEEK, SEEK_ID, SEEK_POSITION = 0x18538067, 0x114D9B74, 0x4DBB, 0x53AB, 0x53AC
 VOID, CRC32, TRACKS, TRACK_ENTRY, TRACK_TYPE, VIDEO, COLOUR = 0xEC, 0xBF, 0x1654AE6B, 0xAE, 0x83, 0xE0, 0x55B0
 MASTERING, MAX_CLL, MAX_FALL = 0x55D0, 0x55BC, 0x55BD
+DISPLAY_WIDTH, DISPLAY_HEIGHT, DISPLAY_UNIT = 0x54B0, 0x54BA, 0x54B2
 #: MasteringMetadata's children in order: R, G, B and white xy chromaticities, luminance max, min.
 _MASTERING_IDS = (0x55D1, 0x55D2, 0x55D3, 0x55D4, 0x55D5, 0x55D6, 0x55D7, 0x55D8, 0x55D9, 0x55DA)
 
@@ -138,6 +141,48 @@ def hdr_elements(hdr: HdrMetadata) -> bytes:
 def add_hdr_metadata(path: Path, hdr: HdrMetadata) -> None:
     """Write ``hdr`` into the video track's Colour of the Matroska/WebM file at ``path``, in place;
     a track that has such elements already is left as it is."""
+
+    def edit(head: bytes, video: tuple[int, int, int, int]) -> tuple[list, bytes] | None:
+        colour = [c for c in _children(head, video[1] + video[2], video[1] + video[2] + video[3]) if c[0] == COLOUR]
+        if colour:
+            present = {c[0] for c in _children(head, colour[0][1] + colour[0][2],
+                                               colour[0][1] + colour[0][2] + colour[0][3])}
+            if present & {MASTERING, MAX_CLL, MAX_FALL}:
+                return None
+            return [colour[0]], _payload(head, colour[0]) + hdr_elements(hdr)
+        return [], _payload(head, video) + _element(COLOUR, hdr_elements(hdr))
+
+    _edit_video_track(path, edit)
+
+
+def add_display_size(path: Path, width: int, height: int) -> None:
+    """The video track's DisplayWidth and DisplayHeight in pixels (the picture as shown, for
+    non-square pixels: FFmpeg's muxer writes them only from a stream field PyAV cannot set, and
+    marks the unit unknown otherwise), in place; a track that has them already is left as it is."""
+
+    def edit(head: bytes, video: tuple[int, int, int, int]) -> tuple[list, bytes] | None:
+        children = _children(head, video[1] + video[2], video[1] + video[2] + video[3])
+        if {c[0] for c in children} & {DISPLAY_WIDTH, DISPLAY_HEIGHT}:
+            return None
+        kept = b"".join(head[at : at + header + size] for element_id, at, header, size in children
+                        if element_id != DISPLAY_UNIT)  # the default unit is pixels
+        added = b"".join(_element(i, v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big"))
+                         for i, v in ((DISPLAY_WIDTH, width), (DISPLAY_HEIGHT, height)))
+        return [], kept + added
+
+    _edit_video_track(path, edit)
+
+
+def _payload(data: bytes, element: tuple[int, int, int, int]) -> bytes:
+    _, at, header, size = element
+    return data[at + header : at + header + size]
+
+
+def _edit_video_track(path: Path, edit: Callable[[bytes, tuple[int, int, int, int]], tuple[list, bytes] | None]
+                      ) -> None:
+    """Rewrite the video track's Video element of the file at ``path`` in place: ``edit(head,
+    video)`` gives the elements below Video to descend into and the innermost one's new payload
+    (None: nothing to do). The growth comes out of the Void after the front SeekHead."""
     with open(path, "r+b") as file:
         head = file.read(1 << 16)
         _, width = _read_id(head, 0)
@@ -173,18 +218,11 @@ def add_hdr_metadata(path: Path, hdr: HdrMetadata) -> None:
             if not found:
                 raise MatroskaError("no video track")
             chain.append(found[0])
-        video = chain[-1]
-        colour = [c for c in _children(head, video[1] + video[2], video[1] + video[2] + video[3]) if c[0] == COLOUR]
-        if colour:
-            chain.append(colour[0])
-            present = {c[0] for c in _children(head, colour[0][1] + colour[0][2],
-                                               colour[0][1] + colour[0][2] + colour[0][3])}
-            if present & {MASTERING, MAX_CLL, MAX_FALL}:
-                return
-            leaf = head[colour[0][1] + colour[0][2] : colour[0][1] + colour[0][2] + colour[0][3]] + hdr_elements(hdr)
-        else:
-            leaf = head[video[1] + video[2] : video[1] + video[2] + video[3]] + _element(COLOUR, hdr_elements(hdr))
-        new_tracks = _replaced(head, chain, leaf)
+        edited = edit(head, chain[-1])
+        if edited is None:
+            return
+        below, leaf = edited
+        new_tracks = _replaced(head, chain + below, leaf)
         grown = len(new_tracks) - (tracks[2] + tracks[3])
         void_total = void[2] + void[3]
         room = void_total - grown

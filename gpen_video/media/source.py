@@ -25,6 +25,7 @@ from .colour import (
     display_matrix,
     frame_planes,
     planes_to_frame,
+    shown_width,
     to_rgb,
 )
 from .decoders import CPU_DECODING, CpuDecoder, DecoderChoice, StreamTraits
@@ -160,6 +161,16 @@ class VideoInfo:
     first_time: float = 0.0  # the first frame's time, seconds: where --start and --end count from
     traits: StreamTraits | None = None  # what decides whether NVDEC may decode it
     captions: bool = False  # the first frame carries closed captions (A53 side data), as broadcast video does
+    sar: Fraction | None = None  # non-square pixels: the sample aspect ratio (HDV's 4:3, DV 16:9's 64:45)
+
+    @property
+    def shown(self) -> tuple[int, int]:
+        """(height, width) as players show the picture: upright, and stretched by the SAR, where
+        face work happens (the stored size is ``width`` x ``height`` turned)."""
+        turned = Orientation.of_matrix(self.display_matrix).transpose
+        stored_width = self.height if turned else self.width
+        shown = shown_width(stored_width, self.sar)
+        return (shown, self.width) if turned else (self.height, shown)
 
     @property
     def fps(self) -> float:
@@ -228,11 +239,12 @@ def probe(path: str | Path) -> VideoInfo:
         duration = float(stream.duration * stream.time_base) if stream.duration else None
         fields = FieldOrder.of(stream, first)
         captions = first.side_data.get(av.sidedata.sidedata.Type.A53_CC) is not None
+        sar = stream.sample_aspect_ratio if stream.sample_aspect_ratio not in (None, 0, 1) else None
         traits = StreamTraits(stream.codec_context.name, first.format.name, first.width, first.height,
                               fields is not None, captions)
         return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
                          stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
-                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits, captions)
+                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits, captions, sar)
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:
@@ -370,7 +382,7 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
             if orientation is None:  # one display matrix per stream: read once
                 orientation = Orientation.of_matrix(decoder.display_matrix(frame))
             planar = as_planar_yuv(frame)
-            last = SourceFrame(index, planar, PlaneLayout.of(planar, orientation),
+            last = SourceFrame(index, planar, PlaneLayout.of(planar, orientation, video.sample_aspect_ratio),
                                damage="corrupt" if frame.is_corrupt or damaged else "")
             if staged is not None:
                 last.buffers.stage(staged)
@@ -442,5 +454,6 @@ def frames_at(path: str | Path, times: list[float], report: SeekReport | None = 
             if last is None:
                 raise InputError(f"{path} has no decodable frame at or after {time:.3f} s")
             planar = as_planar_yuv(last)
-            found.append(SourceFrame(0, planar, PlaneLayout.of(planar, Orientation.of_matrix(display_matrix(last)))))
+            found.append(SourceFrame(0, planar, PlaneLayout.of(planar, Orientation.of_matrix(display_matrix(last)),
+                                                               video.sample_aspect_ratio)))
     return found

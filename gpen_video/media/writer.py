@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 import av
 
-from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame, writable_planes
+from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame, shown_width, writable_planes
 from .containers import CONTAINERS, ContainerRules
 from .fields import FieldStamp, reformat_fields
 from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
 from .hdr import PARAMS_OPTION
 from .isobmff import BoxError, add_sample_entry_boxes
-from .matroska import MatroskaError, add_hdr_metadata
+from .matroska import MatroskaError, add_display_size, add_hdr_metadata
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .source import SourceFrame, VideoInfo, video_stream
 from .streams import CompanionStreams
@@ -309,6 +309,8 @@ class VideoWriter:
             self.container.close()
             if self.info.hdr is not None:
                 self._write_hdr_header()
+            if self.anamorphic and self.output.suffix.lower() in (".mkv", ".webm"):
+                self._write_display_size()
         except av.FFmpegError as exc:
             self.abort()
             raise OutputError(f"cannot finish {self.output}: {exc.strerror or exc}") from None
@@ -335,6 +337,17 @@ class VideoWriter:
             kept = "it travels in the bitstream only" if self.hdr_params else "it is left out"
             message = (f"the HDR10 {hdr.describe()} metadata could not be written into the {ext} header "
                        f"({exc}); {kept}")
+            log.warning(message)
+            self.warnings.append(message)
+
+    def _write_display_size(self) -> None:
+        """Non-square pixels into the Matroska header as the shown size (the bitstream says it
+        too where the codec has a place for it: H.264, HEVC, MPEG-2, FFV1 3, DV)."""
+        cc = self.video.codec_context
+        try:
+            add_display_size(self.tmp, shown_width(cc.width, cc.sample_aspect_ratio), cc.height)
+        except MatroskaError as exc:
+            message = f"the sample aspect ratio could not be written into the Matroska header ({exc})"
             log.warning(message)
             self.warnings.append(message)
 

@@ -340,7 +340,7 @@ class Engine:
 
     @staticmethod
     def _pictures(info: VideoInfo, smooth: float) -> Pictures:
-        return Pictures(info.frames, info.height, info.width, smooth, info.fields, info.fps)
+        return Pictures(info.frames, *info.shown, smooth, info.fields, info.fps)
 
     def restore_video(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
                       on_frame: FrameCallback | None = None) -> Summary:
@@ -515,7 +515,7 @@ class Engine:
                 capture = PanelCapture(frame, labelled=survey is not None)
                 tracker = KnownTracks(survey.kept) if survey is not None else FaceTracker(smooth=0)
                 self._run(photo_source(frame), capture, pool, (capture,), lambda done, found: None,
-                          Pictures(1, info.height, info.width, smooth=0, fields=info.fields, fps=info.fps),
+                          Pictures(1, *info.shown, smooth=0, fields=info.fields, fps=info.fps),
                           chosen=chosen, tracker=tracker, ranged=False)
                 rows.append(capture.panel())
             writer.write_rgb(contact_sheet(rows, f"{input.name}: as decoded, faces boxed"))
