@@ -15,10 +15,13 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from gpen_video.media.isobmff import add_sample_entry_boxes
 
 from .conftest import REQUIRE_SHARED, shared_file
 
@@ -211,6 +214,25 @@ def hdv(path: Path) -> Path:
     squeezed into 1440x1080 with a 4:3 sample aspect ratio, as those cameras store it."""
     ffmpeg("-i", _source(), "-t", "0.32", "-an", "-vf", "scale=1080:1080,pad=1920:1080:420:0,scale=1440:1080,setsar=4/3",
            "-c:v", "libx264", "-preset", "medium", path)
+    return path
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I4s", 8 + len(payload), kind) + payload
+
+
+def spherical_mp4(path: Path) -> Path:
+    """A side-by-side stereo 360° video (equirectangular, turned 90° in yaw) as FFmpeg's command
+    line writes one (``-strict unofficial``): its ``sv3d`` and ``st3d`` boxes, as Google's spherical
+    video specification lays them out, go into a first file, which FFmpeg reads and writes anew."""
+    plain, marked = path.parent / "plain360.mp4", path.parent / "marked360.mp4"
+    ffmpeg("-i", _source(), "-t", "0.32", "-an", "-vf", "scale=960:480", "-c:v", "libx264", "-preset", "ultrafast",
+           plain)
+    projection = _box(b"prhd", bytes(4) + struct.pack(">iii", 90 << 16, 0, 0)) + _box(b"equi", bytes(4 + 16))
+    sv3d = _box(b"svhd", bytes(4) + b"gpen-video tests\0") + _box(b"proj", projection)
+    shutil.copy(plain, marked)
+    add_sample_entry_boxes(marked, {b"sv3d": sv3d, b"st3d": bytes(4) + b"\x02"})  # 2: left and right
+    ffmpeg("-i", marked, "-c", "copy", "-strict", "unofficial", path)
     return path
 
 

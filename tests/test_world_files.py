@@ -192,6 +192,29 @@ def test_xdcam_mxf_stays_interlaced_mpeg2_422(small_gpen, tmp_path):
     assert b"".join(data for _, data in _packets(out, 1)) == b"".join(data for _, data in _packets(src, 1))
 
 
+def _spatial(path: Path) -> list[dict]:
+    """The video stream's 360° and stereo 3D side data, as FFmpeg's command line reads it."""
+    data = tools.video_stream(path).get("side_data_list", [])
+    return [d for d in data if d["side_data_type"] in ("Spherical Mapping", "Stereo 3D")]
+
+
+def test_360_and_stereo_metadata_are_written_back(small_gpen, tmp_path):
+    src = tools.spherical_mp4(tmp_path / "in.mp4")
+    assert [d["side_data_type"] for d in _spatial(src)] == ["Stereo 3D", "Spherical Mapping"]
+    for ext in (".mp4", ".mov"):
+        out = tmp_path / f"out{ext}"
+        run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+        assert run.returncode == 0, run.stderr
+        assert _warnings(run) == []
+        assert _spatial(out) == _spatial(src)  # equirectangular, yaw 90, side by side
+    message = ("the 360° and stereo 3D metadata is left out: gpen-video keeps it from an .mp4 or .mov into "
+               ".mp4 or .mov")
+    run = gpen_video(small_gpen, src, tmp_path / "out.mkv", "--preset", "ultrafast")
+    assert _warnings(run) == [f"gpen-video: {message}"]
+    strict = gpen_video(small_gpen, src, tmp_path / "strict.mkv", "--strict")
+    assert strict.returncode == 1 and strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
+
+
 def _alpha(path: Path) -> list[np.ndarray]:
     """Each frame's alpha plane, decoded as the pipeline decodes it (libvpx, which reads it)."""
     with av.open(str(path)) as container:

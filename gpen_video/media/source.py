@@ -162,6 +162,7 @@ class VideoInfo:
     traits: StreamTraits | None = None  # what decides whether NVDEC may decode it
     captions: bool = False  # the first frame carries closed captions (A53 side data), as broadcast video does
     sar: Fraction | None = None  # non-square pixels: the sample aspect ratio (HDV's 4:3, DV 16:9's 64:45)
+    spatial: tuple[str, ...] = ()  # "360°" (a spherical projection), "stereo 3D": how players must map the picture
 
     @property
     def shown(self) -> tuple[int, int]:
@@ -240,11 +241,14 @@ def probe(path: str | Path) -> VideoInfo:
         fields = FieldOrder.of(stream, first)
         captions = first.side_data.get(av.sidedata.sidedata.Type.A53_CC) is not None
         sar = stream.sample_aspect_ratio if stream.sample_aspect_ratio not in (None, 0, 1) else None
+        spatial = tuple(name for kind, name in ((av.sidedata.sidedata.Type.SPHERICAL, "360°"),
+                                                (av.sidedata.sidedata.Type.STEREO3D, "stereo 3D"))
+                        if first.side_data.get(kind) is not None)
         traits = StreamTraits(stream.codec_context.name, first.format.name, first.width, first.height,
                               fields is not None, captions)
         return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
                          stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
-                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits, captions, sar)
+                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits, captions, sar, spatial)
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:

@@ -24,7 +24,7 @@ from .isobmff import BoxError, add_sample_entry_boxes
 from .matroska import MatroskaError, add_display_size, add_hdr_metadata
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .source import SourceFrame, VideoInfo, video_stream
-from .streams import CompanionStreams
+from .streams import CompanionStreams, mp4_tracks
 
 if TYPE_CHECKING:
     from ..options import RestoreOptions
@@ -132,6 +132,15 @@ class VideoWriter:
         if info.captions and codec.name not in CAPTION_WRITERS:
             self._warn(f"the closed captions in the input's video are left out: {codec.name} cannot carry them "
                        f"({', '.join(sorted(CAPTION_WRITERS))} can)")
+        self.spatial_boxes: dict[bytes, bytes] = {}  # 360° and stereo 3D, for the finished file's sample entry
+        if info.spatial:
+            tracks = mp4_tracks(source)
+            entry = tracks[src_video.index].entry_boxes if src_video.index < len(tracks) else {}
+            self.spatial_boxes = {kind: entry[kind] for kind in (b"sv3d", b"st3d") if kind in entry}
+            if not self.spatial_boxes or ext not in (".mp4", ".mov"):
+                self.spatial_boxes = {}
+                self._warn(f"the {' and '.join(info.spatial)} metadata is left out: gpen-video keeps it from an "
+                           f".mp4 or .mov into .mp4 or .mov")
         sar = src_video.sample_aspect_ratio
         #: non-square pixels: every frame carries the SAR (FFV1 codes it in each frame's header)
         self.anamorphic = bool(sar) and sar != 1
@@ -309,6 +318,8 @@ class VideoWriter:
             self.container.close()
             if self.info.hdr is not None:
                 self._write_hdr_header()
+            if self.spatial_boxes:
+                self._write_spatial_boxes()
             if self.anamorphic and self.output.suffix.lower() in (".mkv", ".webm"):
                 self._write_display_size()
         except av.FFmpegError as exc:
@@ -337,6 +348,16 @@ class VideoWriter:
             kept = "it travels in the bitstream only" if self.hdr_params else "it is left out"
             message = (f"the HDR10 {hdr.describe()} metadata could not be written into the {ext} header "
                        f"({exc}); {kept}")
+            log.warning(message)
+            self.warnings.append(message)
+
+    def _write_spatial_boxes(self) -> None:
+        """The input's 360° and stereo 3D boxes (``sv3d``, ``st3d``) into the video sample entry,
+        as they were: FFmpeg's MP4 muxer writes them only from stream side data PyAV cannot set."""
+        try:
+            add_sample_entry_boxes(self.tmp, self.spatial_boxes)
+        except BoxError as exc:
+            message = f"the {' and '.join(self.info.spatial)} metadata could not be written ({exc})"
             log.warning(message)
             self.warnings.append(message)
 
