@@ -32,10 +32,15 @@ def gpen_video(small_gpen: Path, *args, timeout: int = 300, device: str = "cpu")
     return subprocess.run(list(map(str, command)), capture_output=True, text=True, timeout=timeout)
 
 
+#: Lines NVIDIA's video library logs itself whenever NVDEC decodes: not the tool's warnings.
+_NVIDIA_LINES = ("gpen-video: Supported NVENC Driver Version", "gpen-video: Using NVENC")
+
+
 def _warnings(run: subprocess.CompletedProcess) -> list[str]:
-    """The warning lines (not errors, not the notice that GPEN compiles on a GPU)."""
+    """The warning lines (not errors, not the notice that GPEN compiles on a GPU, not NVIDIA's)."""
     return [line for line in run.stderr.splitlines()
-            if line.startswith("gpen-video: ") and "error" not in line and not line.startswith("gpen-video: compiling")]
+            if line.startswith("gpen-video: ") and "error" not in line and not line.startswith("gpen-video: compiling")
+            and not line.startswith(_NVIDIA_LINES)]
 
 
 def _streams(path: Path) -> list[tuple]:
