@@ -98,7 +98,7 @@ def test_untouched_frames_are_bit_exact_with_a_lossless_codec(tmp_path):
 
 @pytest.mark.parametrize(("name", "codec", "message"), [
     ("out.avi", None, "unsupported output extension"),
-    ("out.mp4", "ffv1", "cannot hold ffv1"),
+    ("out.mov", "ffv1", "cannot hold ffv1"),
     ("out.mp4", "no_such_codec", "not available"),
     ("out.webm", "libx264", "cannot hold h264"),
 ])

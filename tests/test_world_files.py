@@ -17,12 +17,46 @@ import pytest
 from PIL import Image, ImageCms
 
 from gpen_video.media.colour import frame_planes
+from gpen_video.media.containers import CONTAINERS
 from gpen_video.media.decoders import CpuDecoder
 
 from . import corpus
 from . import made_by_tools as tools
 from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region
 from .test_preservation import ON_GPU, _packets, _warnings, gpen_video
+
+
+#: Each encoder the tool may pick, with a picture it encodes: size, pixel format, options.
+_ENCODERS = {"h264": ("libx264", (256, 256), "yuv420p", {}),
+             "hevc": ("libx265", (256, 256), "yuv420p", {"x265-params": "log-level=error"}),
+             "prores": ("prores_ks", (256, 256), "yuv422p10le", {}), "vp9": ("libvpx-vp9", (256, 256), "yuv420p", {}),
+             "ffv1": ("ffv1", (256, 256), "yuv420p", {"level": "3"}),
+             "av1": ("libsvtav1", (256, 256), "yuv420p", {}), "dvvideo": ("dvvideo", (720, 576), "yuv420p", {}),
+             "dnxhd": ("dnxhd", (1920, 1080), "yuv422p", {"profile": "dnxhr_hq"}),
+             "mpeg2video": ("mpeg2video", (256, 256), "yuv420p", {})}
+
+
+def _muxes(ext: str, codec: str, folder: Path) -> bool:
+    """Whether FFmpeg's muxer for ``ext`` writes a one-frame file of ``codec`` video."""
+    encoder, (width, height), pix_fmt, options = _ENCODERS[codec]
+    try:
+        with av.open(str(folder / f"{codec}{ext}"), "w") as out:
+            stream = out.add_stream(encoder, rate=25)
+            stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
+            stream.codec_context.options = options
+            frame = av.VideoFrame(width, height, pix_fmt)
+            frame.pts = 0
+            for packet in [*stream.encode(frame), *stream.encode(None)]:
+                out.mux(packet)
+        return True
+    except (ValueError, av.FFmpegError):
+        return False
+
+
+@pytest.mark.parametrize("ext", sorted(CONTAINERS))
+def test_the_containers_table_says_what_ffmpeg_writes(tmp_path, ext):
+    """Every 'cannot hold' a message says, and every codec the tool keeps, is FFmpeg's own answer."""
+    assert {codec for codec in _ENCODERS if _muxes(ext, codec, tmp_path)} == set(CONTAINERS[ext].video)
 
 
 def _captions(path: Path) -> list[bytes | None]:
