@@ -11,7 +11,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from .conftest import shared_file
+from .conftest import shared_file, write_clip
 
 TALKING_HEAD = "media/videos/talking_head_speech_liveportrait_d20.mp4"  # 480x480 H.264, AAC, 25 fps
 OLD_FOOTAGE = "media/videos/old_footage_chaplin_moviepy.mp4"  # its audio is MP3
@@ -388,20 +388,12 @@ def interlaced(path: Path, top_first: bool, frames: int = 6, cut_at: int = 7) ->
 def anamorphic(path: Path, frames: int = 8) -> Path:
     """The talking head as an HDV camera stores a 1920x1080 scene: squeezed into 1440x1080, sample
     aspect ratio 4:3 in the H.264 stream (tests/made_by_tools.py has the same from FFmpeg's command line)."""
-    shown = rgb_frames(frames, (1080, 1080))
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=25)
-        stream.width, stream.height, stream.pix_fmt = 1440, 1080, "yuv420p"
-        stream.codec_context.sample_aspect_ratio = Fraction(4, 3)
-        stream.codec_context.options = {"preset": "ultrafast"}
-        for i, image in enumerate(shown):
-            scene = np.zeros((1080, 1920, 3), np.uint8)
-            scene[:, 420:1500] = image
-            frame = av.VideoFrame.from_ndarray(scene, format="rgb24").reformat(width=1440, height=1080,
-                                                                               format="yuv420p")
-            frame.pts = i
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
+    import cv2
+
+    squeezed = []
+    for image in rgb_frames(frames, (1080, 1080)):
+        scene = np.zeros((1080, 1920, 3), np.uint8)
+        scene[:, 420:1500] = image
+        squeezed.append(cv2.resize(scene, (1440, 1080), interpolation=cv2.INTER_AREA))
+    write_clip(path, squeezed, tags={"sample_aspect_ratio": Fraction(4, 3)})
     return path

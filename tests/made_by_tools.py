@@ -212,8 +212,8 @@ def dv(path: Path) -> Path:
 def hdv(path: Path) -> Path:
     """HDV/AVCHD-style anamorphic H.264: a 1920x1080 scene (the talking head in the middle)
     squeezed into 1440x1080 with a 4:3 sample aspect ratio, as those cameras store it."""
-    ffmpeg("-i", _source(), "-t", "0.32", "-an", "-vf",
-           "scale=1080:1080,pad=1920:1080:420:0,scale=1440:1080,setsar=4/3", "-c:v", "libx264", "-preset", "medium", path)
+    squeeze = "scale=1080:1080,pad=1920:1080:420:0,scale=1440:1080,setsar=4/3"
+    ffmpeg("-i", _source(), "-t", "0.32", "-an", "-vf", squeeze, "-c:v", "libx264", "-preset", "medium", path)
     return path
 
 

@@ -7,6 +7,7 @@ tell; what cannot be kept is named, and refused under --strict."""
 from __future__ import annotations
 
 import json
+import subprocess
 from fractions import Fraction
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from . import corpus
 from . import made_by_tools as tools
 from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region
 from .test_preservation import ON_GPU, _packets, _warnings, gpen_video
-
 
 #: Each encoder the tool may pick, with a picture it encodes: size, pixel format, options.
 _ENCODERS = {"h264": ("libx264", (256, 256), "yuv420p", {}),
@@ -59,6 +59,14 @@ def test_the_containers_table_says_what_ffmpeg_writes(tmp_path, ext):
     assert {codec for codec in _ENCODERS if _muxes(ext, codec, tmp_path)} == set(CONTAINERS[ext].video)
 
 
+def _restored(small_gpen, src: Path, out: Path, *args, device: str = "cpu") -> subprocess.CompletedProcess:
+    """Restore ``src`` into ``out`` through the command line, which must succeed with nothing to name."""
+    run = gpen_video(small_gpen, src, out, *args, device=device)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == []
+    return run
+
+
 def _captions(path: Path) -> list[bytes | None]:
     """Each frame's A/53 closed-caption bytes, in presentation order (None where it has none)."""
     with av.open(str(path)) as container:
@@ -76,9 +84,7 @@ def test_chapters_as_other_tools_write_them_stay_chapters(small_gpen, tmp_path, 
     src = build(tmp_path / f"in{ext}")
     assert tools.chapters(src) == tools.CHAPTERS
     out = tmp_path / f"out{ext}"
-    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    _restored(small_gpen, src, out, "--preset", "ultrafast")
     assert tools.chapters(out) == tools.CHAPTERS
 
 
@@ -88,10 +94,8 @@ def test_a53_captions_stay_on_every_frame_in_order(small_gpen, tmp_path):
     assert len(captions) == 30 and None not in captions  # every picture carried its pair
     assert sorted(captions) == sorted(tools.caption_bytes(n) for n in range(30))
     out = tmp_path / "out.mp4"
-    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
-    assert run.returncode == 0, run.stderr
+    run = _restored(small_gpen, src, out, "--preset", "ultrafast")
     assert "30 faces restored on 30 frames" in run.stderr  # restored frames carry them, not only passed-through ones
-    assert _warnings(run) == []
     assert _captions(out) == captions
     x265 = tmp_path / "out_x265.mkv"
     assert gpen_video(small_gpen, src, x265, "--codec", "libx265", "--preset", "ultrafast").returncode == 0
@@ -115,9 +119,7 @@ def test_captions_an_encoder_cannot_carry_are_named_and_refused_under_strict(sma
 def test_broadcast_mpeg2_keeps_codec_chroma_fields_and_captions(small_gpen, tmp_path):
     src = tools.broadcast_mpeg2_ts(tmp_path / "in.ts", tools.captioned_h264(tmp_path / "captioned.mp4"))
     out = tmp_path / "out.mov"
-    run = gpen_video(small_gpen, src, out)
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []  # MPEG-2 and MPEG audio both fit in MOV
+    _restored(small_gpen, src, out)  # MPEG-2 and MPEG audio both fit in MOV
     stream = tools.video_stream(out)
     assert (stream["codec_name"], stream["profile"], stream["pix_fmt"], stream["field_order"]) == (
         "mpeg2video", "4:2:2", "yuv422p", "tt")
@@ -130,9 +132,7 @@ def test_broadcast_mpeg2_keeps_codec_chroma_fields_and_captions(small_gpen, tmp_
 def test_a_caption_track_is_copied_into_mov_and_named_elsewhere(small_gpen, tmp_path):
     src = tools.scc_captions_mov(tmp_path / "in.mov")
     out = tmp_path / "out.mov"
-    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    _restored(small_gpen, src, out, "--preset", "ultrafast")
     assert tools.ffprobe(out, "-select_streams", "s", "-show_streams")["streams"][0]["codec_tag_string"] == "c608"
     assert _packets(out, 2) == _packets(src, 2)
     mp4 = gpen_video(small_gpen, src, tmp_path / "out.mp4", "--preset", "ultrafast")
@@ -144,9 +144,7 @@ def test_a_caption_track_is_copied_into_mov_and_named_elsewhere(small_gpen, tmp_
 def test_dv_stays_dv_bottom_field_first_with_its_sar(small_gpen, tmp_path, ext):
     src = tools.dv(tmp_path / f"in{ext}")
     out = tmp_path / "out.mov"
-    run = gpen_video(small_gpen, src, out)
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    run = _restored(small_gpen, src, out)
     assert "faces restored on 13 frames" in run.stderr
     stream = tools.video_stream(out)
     assert (stream["codec_name"], stream["field_order"], stream["sample_aspect_ratio"]) == ("dvvideo", "bb", "64:45")
@@ -178,9 +176,7 @@ def test_anamorphic_faces_are_restored_as_shown(small_gpen, tmp_path, build, dev
     FFmpeg command line: there PyAV writes the same clip.)"""
     src = build(tmp_path / "in.mp4")
     out, tracks = tmp_path / "out.mkv", tmp_path / "tracks.json"
-    run = gpen_video(small_gpen, src, out, "--codec", "ffv1", "--tracks-out", tracks, device=device)
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    _restored(small_gpen, src, out, "--codec", "ffv1", "--tracks-out", tracks, device=device)
     with av.open(str(out)) as container:  # read by PyAV: the GPU machine has no FFmpeg command line
         assert container.streams.video[0].sample_aspect_ratio == Fraction(4, 3)
     frames = json.loads(tracks.read_text())["frames"]
@@ -201,9 +197,7 @@ def test_anamorphic_faces_are_restored_as_shown(small_gpen, tmp_path, build, dev
 def test_dnxhr_keeps_its_profile_and_mov_takes_dnxhd_when_asked(small_gpen, tmp_path):
     src = tools.dnxhr_mov(tmp_path / "in.mov")
     out = tmp_path / "out.mov"
-    run = gpen_video(small_gpen, src, out)
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    _restored(small_gpen, src, out)
     stream = tools.video_stream(out)
     assert (stream["codec_name"], stream["profile"], stream["pix_fmt"]) == ("dnxhd", "DNXHR HQ", "yuv422p")
     asked = gpen_video(small_gpen, tools.ffmpeg_chapters(tmp_path / "h264.mov"), tmp_path / "asked.mov",
@@ -215,9 +209,7 @@ def test_dnxhr_keeps_its_profile_and_mov_takes_dnxhd_when_asked(small_gpen, tmp_
 def test_xdcam_mxf_stays_interlaced_mpeg2_422(small_gpen, tmp_path):
     src = tools.xdcam_mxf(tmp_path / "in.mxf")
     out = tmp_path / "out.mov"
-    run = gpen_video(small_gpen, src, out)
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    _restored(small_gpen, src, out)
     stream = tools.video_stream(out)
     assert (stream["codec_name"], stream["profile"], stream["pix_fmt"], stream["field_order"]) == (
         "mpeg2video", "4:2:2", "yuv422p", "tt")
@@ -237,9 +229,7 @@ def test_360_and_stereo_metadata_are_written_back(small_gpen, tmp_path):
     assert [d["side_data_type"] for d in _spatial(src)] == ["Stereo 3D", "Spherical Mapping"]
     for ext in (".mp4", ".mov"):
         out = tmp_path / f"out{ext}"
-        run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
-        assert run.returncode == 0, run.stderr
-        assert _warnings(run) == []
+        _restored(small_gpen, src, out, "--preset", "ultrafast")
         assert _spatial(out) == _spatial(src)  # equirectangular, yaw 90, side by side
     message = ("the 360° and stereo 3D metadata is left out: gpen-video keeps it from an .mp4 or .mov into "
                ".mp4 or .mov")
@@ -259,9 +249,7 @@ def _alpha(path: Path) -> list[np.ndarray]:
 def test_vp9_alpha_keeps_its_alpha(small_gpen, tmp_path):
     src = tools.vp9_alpha_webm(tmp_path / "in.webm")
     out = tmp_path / "out.webm"
-    run = gpen_video(small_gpen, src, out)
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    run = _restored(small_gpen, src, out)
     assert "faces restored on 13 frames" in run.stderr
     before, after = _alpha(src), _alpha(out)
     assert len(after) == len(before) == 13
@@ -273,9 +261,7 @@ def test_vp9_alpha_keeps_its_alpha(small_gpen, tmp_path):
 def test_an_ffv1_archive_master_keeps_its_sar_on_every_frame(small_gpen, tmp_path):
     src = tools.ffv1_archive(tmp_path / "in.mkv")
     out = tmp_path / "out.mkv"
-    run = gpen_video(small_gpen, src, out)
-    assert run.returncode == 0, run.stderr
-    assert _warnings(run) == []
+    _restored(small_gpen, src, out)
     frames = tools.video_frames(out, "sample_aspect_ratio")
     assert len(frames) == 13 and {f["sample_aspect_ratio"] for f in frames} == {"16:15"}
     assert tools.video_stream(out)["sample_aspect_ratio"] == "16:15"  # and in the Matroska header
