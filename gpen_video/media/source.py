@@ -35,6 +35,11 @@ from .streams import is_cover_art
 
 log = logging.getLogger(__name__)
 
+#: Frame side data that encoders write back from each frame: closed captions, the active format
+#: description, SMPTE timecode. Restored frames are given the decoded frames' (media/writer.py).
+CARRIED_SIDE_DATA = frozenset({av.sidedata.sidedata.Type.A53_CC, av.sidedata.sidedata.Type.AFD,
+                               av.sidedata.sidedata.Type.S12M_TIMECODE})
+
 
 class InputError(RuntimeError):
     """The input cannot be read as a video (or image). The message is one line."""
@@ -163,6 +168,7 @@ class VideoInfo:
     captions: bool = False  # the first frame carries closed captions (A53 side data), as broadcast video does
     sar: Fraction | None = None  # non-square pixels: the sample aspect ratio (HDV's 4:3, DV 16:9's 64:45)
     spatial: tuple[str, ...] = ()  # "360°" (a spherical projection), "stereo 3D": how players must map the picture
+    frame_side_data: bool = False  # the first frame holds what encoders write back per frame (CARRIED_SIDE_DATA)
 
     @property
     def shown(self) -> tuple[int, int]:
@@ -240,6 +246,7 @@ def probe(path: str | Path) -> VideoInfo:
         duration = float(stream.duration * stream.time_base) if stream.duration else None
         fields = FieldOrder.of(stream, first)
         captions = first.side_data.get(av.sidedata.sidedata.Type.A53_CC) is not None
+        carried = any(first.side_data.get(kind) is not None for kind in CARRIED_SIDE_DATA)
         sar = stream.sample_aspect_ratio if stream.sample_aspect_ratio not in (None, 0, 1) else None
         spatial = tuple(name for kind, name in ((av.sidedata.sidedata.Type.SPHERICAL, "360°"),
                                                 (av.sidedata.sidedata.Type.STEREO3D, "stereo 3D"))
@@ -248,7 +255,8 @@ def probe(path: str | Path) -> VideoInfo:
                               fields is not None, captions)
         return VideoInfo(Path(path), width, height, matrix, stream.time_base, stream.average_rate,
                          stream.frames or None, duration, first.format.name, _cut_from_index(stream, path),
-                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits, captions, sar, spatial)
+                         HdrMetadata.of(first), fields, float(first.time or 0.0), traits, captions, sar, spatial,
+                         carried)
 
 
 def _cut_from_index(stream: av.video.stream.VideoStream, path: str | Path) -> str:

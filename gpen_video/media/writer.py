@@ -42,10 +42,6 @@ DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hev
 #: Encoders that write each frame's A53 closed captions into the bitstream (x264 and x265 as
 #: SEI, MPEG-2 as picture user data, NVENC as SEI).
 CAPTION_WRITERS = frozenset({"libx264", "libx265", "mpeg2video", "h264_nvenc", "hevc_nvenc"})
-#: Frame side data that encoders write back from each frame: closed captions, the active format
-#: description, SMPTE timecode. A restored frame is given the decoded frame's.
-_CARRIED_SIDE_DATA = frozenset({av.sidedata.sidedata.Type.A53_CC, av.sidedata.sidedata.Type.AFD,
-                                av.sidedata.sidedata.Type.S12M_TIMECODE})
 #: Encoders that code time in frames: their time base must be one frame (an MPEG transport
 #: stream's 1/90000 s is refused); frames are re-timed to it as they are encoded.
 _FRAME_CLOCKED = frozenset({"mpeg2video"})
@@ -144,6 +140,8 @@ class VideoWriter:
         sar = src_video.sample_aspect_ratio
         #: non-square pixels: every frame carries the SAR (FFV1 codes it in each frame's header)
         self.anamorphic = bool(sar) and sar != 1
+        #: restored frames need the decoded frames' properties: their side data or their SAR
+        self.carries_frame_properties = self.anamorphic or info.frame_side_data
         self.info = info
         self._encoder_setup = (src_video, codec, choice, settings)
         self.claim = OutputClaim(output, overwrite)
@@ -290,11 +288,13 @@ class VideoWriter:
         return frame if self.stamp is None else self.stamp(frame)
 
     def _with_frame_properties(self, decoded: av.VideoFrame, restored: av.VideoFrame) -> av.VideoFrame:
-        """``restored``, or where the decoded frame carries what encoders write back from each
-        frame (captions, AFD, timecode, a non-square SAR), the decoded frame itself with the
-        restored samples copied in: PyAV can neither set side data nor the SAR on a new frame.
-        (Making it writable copies the samples first if the decoder still refers to them.)"""
-        if not self.anamorphic and not any(data.type in _CARRIED_SIDE_DATA for data in decoded.side_data):
+        """``restored``, or where the video's frames carry what encoders write back from each frame
+        (captions, AFD, timecode, a non-square SAR), the decoded frame itself with the restored
+        samples copied in: PyAV can neither set side data nor the SAR on a new frame. (Making it
+        writable copies the samples first if the decoder still refers to them.) Decided per video
+        from its first frame: reading a frame's side data ties the frame in a reference cycle, and
+        frames freed only by the garbage collector made memory grow with the video's length."""
+        if not self.carries_frame_properties:
             return restored
         decoded.make_writable()
         for dst, plane in zip(writable_planes(decoded), frame_planes(restored)):
