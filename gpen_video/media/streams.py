@@ -102,11 +102,12 @@ def _first_packet(path: str, index: int) -> bytes:
 
 class CompanionStreams:
     """The output's streams beside the restored video, set up from the input's before the
-    header is written; the pipeline hands them their packets (:meth:`take`)."""
+    header is written (``tracks``: what each MP4/MOV track is, :func:`mp4_tracks`); the pipeline
+    hands them their packets (:meth:`take`)."""
 
     def __init__(self, output: av.container.OutputContainer, source: av.container.InputContainer,
-                 video_in: av.stream.Stream, video_out: av.stream.Stream, ext: str, rules: ContainerRules,
-                 warn: Callable[[str], None]) -> None:
+                 tracks: list[Track], video_in: av.stream.Stream, video_out: av.stream.Stream, ext: str,
+                 rules: ContainerRules, warn: Callable[[str], None]) -> None:
         self.output = output
         self.ext = ext
         self.warn = warn
@@ -115,7 +116,6 @@ class CompanionStreams:
         self.covers: list[tuple[av.stream.Stream, bytes]] = []  # muxed once the header is written
         output.metadata.update(own_metadata(source.metadata))
         _copy_flags(video_in, video_out, ext)
-        tracks = mp4_tracks(source)
         chapter_tracks = {track_id for track in tracks for track_id in track.chapters}
         for stream in source.streams:
             track = tracks[stream.index] if stream.index < len(tracks) else None

@@ -20,7 +20,7 @@ from .fields import FieldStamp, reformat_fields
 from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
 from .hdr import PARAMS_OPTION
-from .isobmff import BoxError, add_sample_entry_boxes
+from .isobmff import BoxError, Track, add_sample_entry_boxes
 from .matroska import MatroskaError, add_display_size, add_hdr_metadata
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .source import SourceFrame, VideoInfo, video_stream
@@ -128,15 +128,9 @@ class VideoWriter:
         if info.captions and codec.name not in CAPTION_WRITERS:
             self._warn(f"the closed captions in the input's video are left out: {codec.name} cannot carry them "
                        f"({', '.join(sorted(CAPTION_WRITERS))} can)")
-        self.spatial_boxes: dict[bytes, bytes] = {}  # 360° and stereo 3D, for the finished file's sample entry
-        if info.spatial:
-            tracks = mp4_tracks(source)
-            entry = tracks[src_video.index].entry_boxes if src_video.index < len(tracks) else {}
-            self.spatial_boxes = {kind: entry[kind] for kind in (b"sv3d", b"st3d") if kind in entry}
-            if not self.spatial_boxes or ext not in (".mp4", ".mov"):
-                self.spatial_boxes = {}
-                self._warn(f"the {' and '.join(info.spatial)} metadata is left out: gpen-video keeps it from an "
-                           f".mp4 or .mov into .mp4 or .mov")
+        tracks = mp4_tracks(source)
+        #: 360° and stereo 3D, for the finished file's sample entry
+        self.spatial_boxes = self._spatial_boxes(info, tracks, src_video.index, ext)
         sar = src_video.sample_aspect_ratio
         #: non-square pixels: every frame carries the SAR (FFV1 codes it in each frame's header)
         self.anamorphic = bool(sar) and sar != 1
@@ -153,13 +147,27 @@ class VideoWriter:
             self.claim.release()
             raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
         try:
-            self._setup(source, rules, ext)
+            self._setup(source, tracks, rules, ext)
         except BaseException:
             self.abort()
             raise
         self._pending: list[av.Packet] = []  # copied packets waiting for the video to catch up
 
-    def _setup(self, source: av.container.InputContainer, rules: ContainerRules, ext: str) -> None:
+    def _spatial_boxes(self, info: VideoInfo, tracks: list[Track], video_index: int, ext: str) -> dict[bytes, bytes]:
+        """The input video's 360° and stereo-3D boxes (sv3d, st3d) where the output can take them
+        back; where it cannot, one warning names the metadata left out."""
+        if not info.spatial:
+            return {}
+        entry = tracks[video_index].entry_boxes if video_index < len(tracks) else {}
+        boxes = {kind: entry[kind] for kind in (b"sv3d", b"st3d") if kind in entry}
+        if boxes and ext in (".mp4", ".mov"):
+            return boxes
+        self._warn(f"the {' and '.join(info.spatial)} metadata is left out: gpen-video keeps it from an "
+                   f".mp4 or .mov into .mp4 or .mov")
+        return {}
+
+    def _setup(self, source: av.container.InputContainer, tracks: list[Track], rules: ContainerRules,
+               ext: str) -> None:
         info = self.info
         src_video, codec, _, _ = self._encoder_setup
         video = self.container.add_stream(codec.name, rate=info.average_rate or None)
@@ -171,7 +179,8 @@ class VideoWriter:
         if info.display_matrix is not None:
             video.set_display_matrix(info.display_matrix)  # turn and mirroring, exactly as the input's
         self.video = video
-        self.companions = CompanionStreams(self.container, source, src_video, video, ext, rules, self._warn)
+        self.companions = CompanionStreams(self.container, source, tracks, src_video, video, ext, rules,
+                                           self._warn)
         try:
             self.container.start_encoding()
         except av.FFmpegError as exc:
