@@ -32,11 +32,22 @@ from .writer import OutputError
 log = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".avif", ".heic", ".heif"}
-#: Output extension -> (Pillow's format, holds 16-bit samples, holds alpha, holds ICC and EXIF).
-_FORMATS = {".jpg": ("JPEG", False, False, True), ".jpeg": ("JPEG", False, False, True),
-            ".png": ("PNG", True, True, True), ".tif": ("TIFF", True, True, True), ".tiff": ("TIFF", True, True, True),
-            ".webp": ("WEBP", False, True, True), ".avif": ("AVIF", False, True, True),
-            ".bmp": ("BMP", False, False, False)}
+
+
+@dataclass(frozen=True)
+class _ImageFormat:
+    """What an output image format holds."""
+
+    name: str  # Pillow's
+    deep: bool  # 16-bit samples
+    alpha: bool
+    metadata: bool  # ICC profile and EXIF
+
+
+_JPEG, _TIFF = _ImageFormat("JPEG", False, False, True), _ImageFormat("TIFF", True, True, True)
+_FORMATS = {".jpg": _JPEG, ".jpeg": _JPEG, ".png": _ImageFormat("PNG", True, True, True), ".tif": _TIFF,
+            ".tiff": _TIFF, ".webp": _ImageFormat("WEBP", False, True, True),
+            ".avif": _ImageFormat("AVIF", False, True, True), ".bmp": _ImageFormat("BMP", False, False, False)}
 #: JPEG, WebP and AVIF quality: OpenCV's JPEG default, visually lossless.
 _QUALITY = 95
 _EXIF_ORIENTATION = 0x0112
@@ -57,12 +68,14 @@ class PhotoTraits:
     alpha: bool
     icc: bytes | None
     exif: bytes | None  # orientation set to upright
+    orientation: int  # the file's EXIF orientation (1: stored upright)
 
     @classmethod
     def of(cls, path: Path) -> PhotoTraits:
         image = _open(path)
         with image:
             exif = image.getexif()
+            orientation = exif.get(_EXIF_ORIENTATION, 1)
             exif_bytes = None
             if exif:
                 exif[_EXIF_ORIENTATION] = 1
@@ -71,7 +84,20 @@ class PhotoTraits:
             deep = mode.startswith("I;16") or _bits(image) == 16
             grey = mode in ("L", "LA", "1", "I", "F") or mode.startswith("I;16")
             alpha = mode in ("RGBA", "LA", "PA") or (mode == "P" and "transparency" in image.info)
-            return cls(mode, deep, grey, alpha, image.info.get("icc_profile") or None, exif_bytes)
+            return cls(mode, deep, grey, alpha, image.info.get("icc_profile") or None, exif_bytes, orientation)
+
+
+@dataclass(frozen=True)
+class Photo:
+    """A photo as read: its upright samples as a frame, and what the file is besides them."""
+
+    frame: av.VideoFrame
+    traits: PhotoTraits
+
+    def picture(self) -> SourceFrame:
+        """The photo as a pipeline picture with buffers of its own: each pass over it takes one,
+        since a picture's buffers go through their lifecycle once."""
+        return SourceFrame(0, self.frame, PlaneLayout.of(self.frame, Orientation()))
 
 
 def _open(path: Path) -> Image.Image:
@@ -111,14 +137,14 @@ def _pixels(path: Path) -> np.ndarray:
     return pixels
 
 
-def read_image(path: Path) -> SourceFrame:
+def read_image(path: Path) -> Photo:
     """The photo as upright planar RGB (G, B, R, and alpha if it has one), 8 or 16 bits as stored;
     EXIF orientation applied."""
     if not path.is_file():
         raise InputError(f"input not found: {path}")
+    traits = PhotoTraits.of(path)
     pixels = _pixels(path)
-    with _open(path) as image:
-        turn = _UPRIGHT.get(image.getexif().get(_EXIF_ORIENTATION, 1))
+    turn = _UPRIGHT.get(traits.orientation)
     if turn is not None:
         pixels = turn(pixels)
     if pixels.ndim == 2:  # grey: restored in colour, written back grey (ImageWriter)
@@ -131,7 +157,7 @@ def read_image(path: Path) -> SourceFrame:
         samples = pixels[:, :, channel]
         dst[...] = samples.view(np.int16) if deep else samples
     frame.pts, frame.time_base = 0, Fraction(1, 1)
-    return SourceFrame(0, frame, PlaneLayout.of(frame, Orientation()))
+    return Photo(frame, traits)
 
 
 def photo_source(picture: SourceFrame) -> Callable[[set[int]], Iterator[SourceFrame]]:
@@ -174,38 +200,38 @@ def _add_png_metadata(path: Path, icc: bytes | None, exif: bytes | None) -> None
 
 class ImageWriter:
     """Writes the one picture to OUTPUT through a temporary file beside it, renamed into place by
-    :meth:`close`; OUTPUT is claimed for the job as a video's is. With ``original``, the photo it
-    was read from, the output keeps what that photo is (grey, depth, alpha, ICC, EXIF) where its
-    format can, and names the rest (refused under ``strict``)."""
+    :meth:`close`; OUTPUT is claimed for the job as a video's is. With ``traits``, those of the
+    photo it was read from, the output keeps what that photo is (grey, depth, alpha, ICC, EXIF)
+    where its format can, and names the rest (refused under ``strict``)."""
 
     copied_streams: set[int] = set()  # a photo has no other streams
 
-    def __init__(self, output: Path, overwrite: bool, original: Path | None = None, strict: bool = False) -> None:
+    def __init__(self, output: Path, overwrite: bool, traits: PhotoTraits | None = None, strict: bool = False) -> None:
         self.output = output
         self.warnings: list[str] = []
         self.strict = strict
         ext = output.suffix.lower()
         if ext not in _FORMATS:
             raise OutputError(f"cannot write {ext or 'an extensionless'} images; use one of {', '.join(_FORMATS)}")
-        self.format, deep, alpha, metadata = _FORMATS[ext]
-        self.traits = PhotoTraits.of(original) if original is not None else None
-        if self.traits is not None:
-            self._check(self.traits, ext, deep, alpha, metadata)
+        self.format = _FORMATS[ext]
+        self.traits = traits
+        if traits is not None:
+            self._check(traits, ext)
         self.claim = OutputClaim(output, overwrite)  # after the checks: a refusal claims nothing
         self.tmp = partial_path(output)
 
-    def _check(self, traits: PhotoTraits, ext: str, deep: bool, alpha: bool, metadata: bool) -> None:
+    def _check(self, traits: PhotoTraits, ext: str) -> None:
         """Name, before any work, what the output cannot keep of the input photo."""
         if traits.mode == "CMYK":
             self._warn("the photo's CMYK colours are written as RGB (gpen-video restores in RGB)")
         if traits.mode == "P":
             self._warn("the photo's palette is not kept: it is written in full colour")
-        if traits.deep and not deep:
+        if traits.deep and not self.format.deep:
             self._warn(f"16-bit samples are stored as 8-bit: {ext} holds 8 bits (.png and .tif hold 16)")
-        if traits.alpha and not alpha:
+        if traits.alpha and not self.format.alpha:
             self._warn(f"the alpha channel is left out: {ext} has none (.png, .tif and .webp have)")
-        deep_colour_tiff = traits.deep and not traits.grey and self.format == "TIFF"
-        if (traits.icc or traits.exif) and (not metadata or deep_colour_tiff):
+        deep_colour_tiff = traits.deep and not traits.grey and self.format.name == "TIFF"
+        if (traits.icc or traits.exif) and (not self.format.metadata or deep_colour_tiff):
             names = [name for name, value in (("ICC profile", traits.icc), ("EXIF", traits.exif)) if value]
             them = "them" if len(names) > 1 else "it"
             where = f"16-bit colour TIFF is written without {them} (.png keeps {them})" if deep_colour_tiff \
@@ -237,25 +263,24 @@ class ImageWriter:
         16-bit colour, which Pillow cannot, and the PNG chunks are added after."""
         traits = self.traits
         icc, exif = (traits.icc, traits.exif) if traits is not None else (None, None)
-        _, deep, alpha, _ = _FORMATS[self.output.suffix.lower()]
-        if pixels.ndim == 3 and pixels.shape[2] == 4 and not alpha:
+        if pixels.ndim == 3 and pixels.shape[2] == 4 and not self.format.alpha:
             pixels = pixels[:, :, :3]
-        if pixels.dtype == np.uint16 and not deep:
+        if pixels.dtype == np.uint16 and not self.format.deep:
             pixels = ((pixels.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
         try:
             if pixels.dtype == np.uint16 and pixels.ndim == 3:
                 if not cv2.imwrite(str(self.tmp), pixels):
                     raise OutputError(f"cannot write {self.output}")
-                if self.format == "PNG":
+                if self.format.name == "PNG":
                     _add_png_metadata(self.tmp, icc, exif)
                 return
             image = self._pillow_image(pixels)
             options: dict = {"icc_profile": icc} if icc else {}
             if exif:
                 options["exif"] = exif
-            if self.format in ("JPEG", "WEBP", "AVIF"):
+            if self.format.name in ("JPEG", "WEBP", "AVIF"):
                 options["quality"] = _QUALITY
-            image.save(self.tmp, format=self.format, **options)
+            image.save(self.tmp, format=self.format.name, **options)
         except (OSError, ValueError) as exc:
             raise OutputError(f"cannot write {self.output}: {exc}") from None
 

@@ -438,17 +438,16 @@ class Engine:
         input, output = Path(input), Path(output)
         self._refuse_range(input)
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
-        picture = read_image(input)
-        writer = ImageWriter(output, job.overwrite, original=input, strict=self.options.strict)
+        photo = read_image(input)
+        writer = ImageWriter(output, job.overwrite, traits=photo.traits, strict=self.options.strict)
         try:
             pool = self.pool(1)
-            pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
-            # The first pass reads its own copy: a picture's buffers go through their lifecycle once.
-            chosen, choice, _ = self._choose(input.name, photo_source(read_image(input)), pictures, on_frame)
+            pictures = Pictures(1, photo.frame.height, photo.frame.width, smooth=0)
+            chosen, choice, _ = self._choose(input.name, photo_source(photo.picture()), pictures, on_frame)
         except BaseException:
             writer.abort()
             raise
-        summary = self._run(photo_source(picture), writer, pool, self._tracks_file(job), on_frame, pictures,
+        summary = self._run(photo_source(photo.picture()), writer, pool, self._tracks_file(job), on_frame, pictures,
                             chosen=chosen)
         summary.choice = choice
         return summary
@@ -465,10 +464,10 @@ class Engine:
             raise UsageError(f"--tracks-out: directory does not exist: {tracks_out.resolve().parent}")
         if input.suffix.lower() in IMAGE_EXTENSIONS:
             self._refuse_range(input)
-            picture = read_image(input)
-            pictures = Pictures(1, picture.frame.height, picture.frame.width, smooth=0)
+            photo = read_image(input)
+            pictures = Pictures(1, photo.frame.height, photo.frame.width, smooth=0)
             pool = self.pool(1, restoring=False)
-            return self._find(photo_source(picture), input, tracks_out, pool, on_frame, pictures)
+            return self._find(photo_source(photo.picture()), input, tracks_out, pool, on_frame, pictures)
         info = self._probe_video(input)
         decoding = self._decoding(info)
         pool = self.pool(info.frames, restoring=False)
