@@ -2,8 +2,8 @@
 actors where it has none), each holding a warm :class:`~.engine.Engine`, built once; the batch
 hands each file to an actor with a free slot (``--jobs`` each). Ray places the actors, restarts
 one that dies (a killed process, a node that leaves) and runs its units again; the Engine's
-temporary file and rename mean a file cut off that way leaves nothing at its OUTPUT. Inputs and OUTDIR must be on a filesystem every
-node sees; each actor checks that before any work.
+temporary file and rename mean a file cut off that way leaves nothing at its OUTPUT. Inputs and
+OUTDIR must be on a filesystem every node sees; each actor checks that before any work.
 
 A video longer than one ``--segment-frames`` segment is split: each segment is a unit of its own,
 on any free slot, decoded from a key frame before it (media.segments.plan_segments) and saved in
