@@ -168,16 +168,38 @@ import json, re, sys
 from pathlib import Path
 from gpen_video.api import restore_video
 from gpen_video.worker.device import stage_planes
+import torch
 summary = restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
 peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
-print(json.dumps({"peak_rss_mib": peak / 1024, "fps": summary.fps}))
+pinned = torch.cuda.host_memory_stats().get("reserved_bytes.peak", 0) if torch.cuda.is_available() else 0
+print(json.dumps({"peak_rss_mib": peak / 1024, "fps": summary.fps, "pinned_peak_mib": pinned / 2**20}))
+"""
+
+# The same clip through the tool's reader and writer alone, with the writer's settings and two
+# frames between them, as a plain transcode holds them: what any re-encode of it takes.
+_TRANSCODE_RUN = """
+import json, re, sys
+from pathlib import Path
+from pipeline_bench import transcode_fps
+from gpen_video.options import RestoreOptions
+fps = transcode_fps(Path(sys.argv[1]), Path(sys.argv[2]), RestoreOptions(preset=sys.argv[3]), queued=2)
+peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
+print(json.dumps({"peak_rss_mib": peak / 1024, "fps": fps}))
 """
 
 
 def whole_run(clip: Path, output: Path, options: dict) -> dict:
-    """A whole run in a process of its own: its peak resident memory (MiB) and its fps."""
+    """A whole run in a process of its own: its peak resident memory (MiB), its fps, and the peak
+    of pinned host memory it reserved (MiB; 0 without a GPU)."""
     run = subprocess.run([sys.executable, "-c", _WHOLE_RUN, str(clip), str(output), json.dumps(options)],
                          check=True, capture_output=True, text=True)
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def transcode_run(clip: Path, output: Path, preset: str) -> dict:
+    """A plain transcode of ``clip`` in a process of its own: its peak resident memory (MiB) and fps."""
+    run = subprocess.run([sys.executable, "-c", _TRANSCODE_RUN, str(clip), str(output), preset], check=True,
+                         capture_output=True, text=True, cwd=Path(__file__).parent)
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
@@ -230,6 +252,16 @@ def _throughput(rows: _Rows, args: argparse.Namespace, one_face: Path, crowd: Pa
         rows["our_fps_all_gpus"] = ours_all.fps
 
 
+def _memory_beside_transcode(rows: _Rows, size: str, clip: Path, run: dict, tmp_path: Path, preset: str) -> None:
+    """A whole run's peak memory set beside a plain transcode's of the same clip: the difference is
+    what the tool holds beyond what any re-encode takes (the encoder's own frames grow with the
+    frame size and its threads, and are the same in both)."""
+    transcode = transcode_run(clip, tmp_path / f"tr_{size}.mp4", preset)
+    rows[f"transcode_rss_mib_{size}"] = transcode["peak_rss_mib"]
+    rows[f"run_over_transcode_mib_{size}"] = run["peak_rss_mib"] - transcode["peak_rss_mib"]
+    rows[f"run_pinned_peak_mib_{size}"] = run.get("pinned_peak_mib", 0)
+
+
 def _share(shares: dict[int, float]) -> str:
     return "/".join(f"{v:.0%}" for v in shares.values()) or "n/a"
 
@@ -246,6 +278,11 @@ def _print_long(rows: _Rows, seconds: float, long_seconds: float) -> None:
     if "run_rss_mib_8k" in rows:
         print(f"peak RSS of a whole 7680x4320 run: {rows['run_rss_mib_8k']:.0f} MiB, "
               f"{rows['run_rss_8k_over_hd']:.2f}x the 1080p run's, {rows['run_fps_8k']:.1f} fps")
+    for size in ("hd", "uhd", "8k"):
+        if f"transcode_rss_mib_{size}" in rows:
+            print(f"{size}: a plain transcode's peak {rows[f'transcode_rss_mib_{size}']:.0f} MiB; the run's "
+                  f"{rows[f'run_over_transcode_mib_{size}']:+.0f} MiB beyond it, pinned host memory at most "
+                  f"{rows[f'run_pinned_peak_mib_{size}']:.0f} MiB")
 
 
 def main() -> None:
@@ -309,17 +346,21 @@ def main() -> None:
             short = whole_run(one_face, tmp_path / "rs.mp4", rss_options)
             long = whole_run(longer, tmp_path / "rl.mp4", rss_options)
             rows["run_rss_mib_short"], rows["run_rss_mib_long"] = short["peak_rss_mib"], long["peak_rss_mib"]
+            _memory_beside_transcode(rows, "hd", one_face, short, tmp_path, args.preset)
             if args.uhd_seconds and not args.smoke:  # bounded in bytes: 4K must not take 4x the memory
                 uhd = build_clip(SHARED / "talking_head_speech_retalking2.mp4", tmp_path / "uhd.mp4",
                                  args.uhd_seconds, (3840, 2160))
-                rows["run_rss_mib_uhd"] = whole_run(uhd, tmp_path / "ru.mp4", rss_options)["peak_rss_mib"]
+                run = whole_run(uhd, tmp_path / "ru.mp4", rss_options)
+                rows["run_rss_mib_uhd"] = run["peak_rss_mib"]
                 rows["run_rss_uhd_over_hd"] = rows["run_rss_mib_uhd"] / rows["run_rss_mib_short"]
+                _memory_beside_transcode(rows, "uhd", uhd, run, tmp_path, args.preset)
             if args.eightk_seconds and not args.smoke:  # 8K: memory bounded as 4K's, and its speed
                 eightk = build_clip(SHARED / "talking_head_speech_retalking2.mp4", tmp_path / "8k.mp4",
                                     args.eightk_seconds, (7680, 4320))
                 run = whole_run(eightk, tmp_path / "r8.mp4", rss_options)
                 rows["run_rss_mib_8k"], rows["run_fps_8k"] = run["peak_rss_mib"], run["fps"]
                 rows["run_rss_8k_over_hd"] = rows["run_rss_mib_8k"] / rows["run_rss_mib_short"]
+                _memory_beside_transcode(rows, "8k", eightk, run, tmp_path, args.preset)
             rows["run_rss_growth"] = rows["run_rss_mib_long"] / rows["run_rss_mib_short"] - 1
             # The one-face ratio again on the long clip, where the pipeline's fixed start-up and
             # drain (filling ~120 frames in flight) weigh less than on the short one.

@@ -47,6 +47,9 @@ def test_pipeline_bench_smoke(tmp_path, golden):
     assert numbers["transcode_fps"] > 0 and numbers["our_fps"] > 0 and numbers["baseline_fps"] > 0
     assert numbers["crowd_faces_per_frame"] >= 3  # the crowd clip has ~8 faces; the harness must see them
     assert numbers["run_rss_mib_short"] > 100 and numbers["run_rss_mib_long"] > 100  # whole runs were measured
+    # and beside a plain transcode's peak of the same clip, in a process of its own:
+    assert numbers["transcode_rss_mib_hd"] > 100
+    assert numbers["run_over_transcode_mib_hd"] == numbers["run_rss_mib_short"] - numbers["transcode_rss_mib_hd"]
     assert numbers["run_fps_long"] > 0  # and its ratio is to a transcode of the same long clip:
     assert numbers["long_ratio"] == numbers["run_fps_long"] / numbers["long_transcode_fps"]
     assert numbers["crowd_gpu_busy"] == numbers["one_face_gpu_busy"] == {}  # no GPU here: reported as none
