@@ -17,6 +17,7 @@ import re
 import shutil
 import struct
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -145,19 +146,30 @@ def caption_bytes(picture: int) -> bytes:
     return bytes([0xFC, *pair])
 
 
-def _a53_sei(picture: int) -> bytes:
-    """An H.264 SEI NAL unit holding ATSC A/53 closed captions (user data registered by ITU-T T.35,
-    provider 0x31, 'GA94', type 3)."""
-    cc_data = bytes([0x40 | 1, 0xFF]) + caption_bytes(picture) + b"\xff"
-    t35 = b"\xb5\x00\x31GA94\x03" + cc_data
+def _t35_sei(t35: bytes) -> bytes:
+    """An H.264 SEI NAL unit of user data registered by ITU-T T.35 (payload type 4)."""
     return b"\x00\x00\x00\x01\x06" + _rbsp_to_ebsp(bytes([4, len(t35)]) + t35 + b"\x80")
 
 
-def captioned_h264(path: Path) -> Path:
-    """The talking head as a broadcast H.264 encoder sends it: CEA-608 captions in A/53 SEI on
-    every picture, then encoded by FFmpeg's command line as a camera would (x264 medium, B-frames,
-    which writes the decoded captions back from each frame)."""
-    plain, captioned = path.parent / "plain.h264", path.parent / "captioned.h264"
+def _a53_sei(picture: int) -> bytes:
+    """ATSC A/53 closed captions (provider 0x31, 'GA94', type 3) for picture ``picture``."""
+    cc_data = bytes([0x40 | 1, 0xFF]) + caption_bytes(picture) + b"\xff"
+    return _t35_sei(b"\xb5\x00\x31GA94\x03" + cc_data)
+
+
+#: The active format description broadcast encoders send: 16:9 picture in a 16:9 frame.
+AFD_CODE = 0b1010
+
+
+def _afd_sei(picture: int) -> bytes:
+    """An active format description (provider 0x31, 'DTG1', ETSI TS 101 154): the same code on every picture."""
+    return _t35_sei(b"\xb5\x00\x31DTG1" + bytes([0x41, 0xF0 | AFD_CODE]))
+
+
+def _h264_with_sei(path: Path, sei: Callable[[int], bytes]) -> Path:
+    """The talking head's first 1.2 s as raw H.264 (x264 ultrafast, no B-frames), with ``sei(n)``
+    before the slice of picture n, as a broadcast encoder sends it."""
+    plain = path.parent / "plain.h264"
     ffmpeg("-i", _source(), "-t", "1.2", "-an", "-c:v", "libx264", "-preset", "ultrafast", "-bf", "0", "-f", "h264",
            plain)
     data = plain.read_bytes()
@@ -166,11 +178,27 @@ def captioned_h264(path: Path) -> Path:
         start = match.start()
         if data[start + 3] & 0x1F in (1, 5):  # a slice: x264 codes each picture as one
             begin = start - 1 if start and data[start - 1] == 0 else start
-            out += data[previous:begin] + _a53_sei(picture)
+            out += data[previous:begin] + sei(picture)
             previous, picture = begin, picture + 1
-    captioned.write_bytes(bytes(out + data[previous:]))
+    path.write_bytes(bytes(out + data[previous:]))
+    return path
+
+
+def captioned_h264(path: Path) -> Path:
+    """The talking head as a broadcast H.264 encoder sends it: CEA-608 captions in A/53 SEI on
+    every picture, then encoded by FFmpeg's command line as a camera would (x264 medium, B-frames,
+    which writes the decoded captions back from each frame)."""
+    captioned = _h264_with_sei(path.parent / "captioned.h264", _a53_sei)
     ffmpeg("-r", "25", "-i", captioned, "-i", _source(), "-map", "0:v", "-map", "1:a", "-t", "1.2", "-c:a", "copy",
            "-c:v", "libx264", "-preset", "medium", "-bf", "3", "-a53cc", "1", path)
+    return path
+
+
+def afd_h264(path: Path) -> Path:
+    """H.264 with an active format description on every picture, muxed into ``path`` by FFmpeg's
+    command line without re-encoding (no FFmpeg encoder writes AFD)."""
+    with_afd = _h264_with_sei(path.parent / "afd.h264", _afd_sei)
+    ffmpeg("-r", "25", "-i", with_afd, "-i", _source(), "-map", "0:v", "-map", "1:a", "-t", "1.2", "-c", "copy", path)
     return path
 
 

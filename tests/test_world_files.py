@@ -116,6 +116,25 @@ def test_captions_an_encoder_cannot_carry_are_named_and_refused_under_strict(sma
     assert not (tmp_path / "strict.mov").exists()
 
 
+def test_active_format_description_is_named_as_left_out_and_refused_under_strict(small_gpen, tmp_path):
+    # No FFmpeg encoder writes AFD: a plain re-encode loses it too, so the tool must say so.
+    src = tools.afd_h264(tmp_path / "in.mp4")
+    with av.open(str(src)) as container:
+        afd = [frame.side_data.get(av.sidedata.sidedata.Type.AFD) for frame in container.decode(video=0)]
+    assert len(afd) == 30 and all(a is not None and bytes(a)[0] == tools.AFD_CODE for a in afd)
+    out = tmp_path / "out.mp4"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+    assert run.returncode == 0, run.stderr
+    message = ("the active format description (AFD) on the input's frames is left out: libx264 cannot write it "
+               "(no FFmpeg encoder can)")
+    assert _warnings(run) == [f"gpen-video: {message}"]
+    assert len(tools.video_frames(out, "pts")) == 30
+    strict = gpen_video(small_gpen, src, tmp_path / "strict.mp4", "--strict")
+    assert strict.returncode == 1
+    assert strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
+    assert not (tmp_path / "strict.mp4").exists()
+
+
 def test_broadcast_mpeg2_keeps_codec_chroma_fields_and_captions(small_gpen, tmp_path):
     src = tools.broadcast_mpeg2_ts(tmp_path / "in.ts", tools.captioned_h264(tmp_path / "captioned.mp4"))
     out = tmp_path / "out.mov"

@@ -168,7 +168,8 @@ class VideoInfo:
     captions: bool = False  # the first frame carries closed captions (A53 side data), as broadcast video does
     sar: Fraction | None = None  # non-square pixels: the sample aspect ratio (HDV's 4:3, DV 16:9's 64:45)
     spatial: tuple[str, ...] = ()  # "360°" (a spherical projection), "stereo 3D": how players must map the picture
-    frame_side_data: bool = False  # the first frame holds what encoders write back per frame (CARRIED_SIDE_DATA)
+    #: what of CARRIED_SIDE_DATA the first frame holds: the restored frames take it on, for the encoder
+    frame_side_data: frozenset[av.sidedata.sidedata.Type] = frozenset()
 
     @property
     def shown(self) -> tuple[int, int]:
@@ -246,7 +247,7 @@ def probe(path: str | Path) -> VideoInfo:
         duration = float(stream.duration * stream.time_base) if stream.duration else None
         fields = FieldOrder.of(stream, first)
         captions = first.side_data.get(av.sidedata.sidedata.Type.A53_CC) is not None
-        carried = any(first.side_data.get(kind) is not None for kind in CARRIED_SIDE_DATA)
+        carried = frozenset(kind for kind in CARRIED_SIDE_DATA if first.side_data.get(kind) is not None)
         sar = stream.sample_aspect_ratio if stream.sample_aspect_ratio not in (None, 0, 1) else None
         spatial = tuple(name for kind, name in ((av.sidedata.sidedata.Type.SPHERICAL, "360°"),
                                                 (av.sidedata.sidedata.Type.STEREO3D, "stereo 3D"))

@@ -42,6 +42,10 @@ DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hev
 #: Encoders that write each frame's A53 closed captions into the bitstream (x264 and x265 as
 #: SEI, MPEG-2 as picture user data, NVENC as SEI).
 CAPTION_WRITERS = frozenset({"libx264", "libx265", "mpeg2video", "h264_nvenc", "hevc_nvenc"})
+#: The frames' other side data an encoder may write back, by name, with the encoders that do:
+#: FFmpeg's encoders write no active format description, and only NVENC's HEVC writes SMPTE timecodes.
+SIDE_DATA_WRITERS = {av.sidedata.sidedata.Type.AFD: ("active format description (AFD)", frozenset()),
+                     av.sidedata.sidedata.Type.S12M_TIMECODE: ("SMPTE timecode", frozenset({"hevc_nvenc"}))}
 #: Encoders that code time in frames: their time base must be one frame (an MPEG transport
 #: stream's 1/90000 s is refused); frames are re-timed to it as they are encoded.
 _FRAME_CLOCKED = frozenset({"mpeg2video"})
@@ -128,6 +132,10 @@ class VideoWriter:
         if info.captions and codec.name not in CAPTION_WRITERS:
             self._warn(f"the closed captions in the input's video are left out: {codec.name} cannot carry them "
                        f"({', '.join(sorted(CAPTION_WRITERS))} can)")
+        for kind, (name, writers) in SIDE_DATA_WRITERS.items():
+            if kind in info.frame_side_data and codec.name not in writers:
+                can = f"{', '.join(sorted(writers))} can" if writers else "no FFmpeg encoder can"
+                self._warn(f"the {name} on the input's frames is left out: {codec.name} cannot write it ({can})")
         tracks = mp4_tracks(source)
         #: 360° and stereo 3D, for the finished file's sample entry
         self.spatial_boxes = self._spatial_boxes(info, tracks, src_video.index, ext)
@@ -135,7 +143,7 @@ class VideoWriter:
         #: non-square pixels: every frame carries the SAR (FFV1 codes it in each frame's header)
         self.anamorphic = bool(sar) and sar != 1
         #: restored frames need the decoded frames' properties: their side data or their SAR
-        self.carries_frame_properties = self.anamorphic or info.frame_side_data
+        self.carries_frame_properties = self.anamorphic or bool(info.frame_side_data)
         self.info = info
         self._encoder_setup = (src_video, codec, choice, settings)
         self.claim = OutputClaim(output, overwrite)
