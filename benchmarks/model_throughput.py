@@ -79,8 +79,9 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,16,32,64")
     ap.add_argument("--precisions", default="fp16,bf16")
     ap.add_argument("--blur", default=",".join(BLUR_MODES))
-    ap.add_argument("--variants", default="eager,graph,compile",
-                    help="fast-path variants: eager, graph (CUDA graph replay), compile (torch.compile + graph)")
+    ap.add_argument("--variants", default="eager,graph,triton,compile",
+                    help="fast-path variants: eager, graph (CUDA graph replay), triton (eager with the fused "
+                         "Triton kernels), triton-graph, compile (torch.compile + graph)")
     ap.add_argument("--compile-batches", default="32,64", help="batch sizes to try torch.compile on")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json", help="also write the rows to this file")
@@ -124,12 +125,18 @@ def main() -> None:
     for blur in args.blur.split(","):
         for precision in args.precisions.split(","):
             fast = build_inference_model(state_dict, device=device, precision=precision, blur=blur)
+            fused = (build_inference_model(state_dict, device=device, precision=precision, blur=blur,
+                                           kernels="triton") if device.type == "cuda" else None)
             for variant in variants:
                 for batch in batches:
                     if variant == "eager":
                         record(f"fast eager, blur={blur}", precision, batch, fast)
                     elif variant == "graph":
                         record(f"fast graph, blur={blur}", precision, batch, GraphedModel(fast))
+                    elif variant == "triton" and fused is not None:
+                        record(f"fast eager+triton, blur={blur}", precision, batch, fused)
+                    elif variant == "triton-graph" and fused is not None:
+                        record(f"fast graph+triton, blur={blur}", precision, batch, GraphedModel(fused))
                     elif variant == "compile" and str(batch) in args.compile_batches.split(","):
                         t0 = time.perf_counter()
                         torch._dynamo.reset()  # each model and batch size is a fresh compile, not a recompile

@@ -60,7 +60,8 @@ mark("checkpoint read")
 config = infer_config(state_dict)
 check_layout(state_dict, config)
 mark("layout checked")
-model = build_inference_model(state_dict, device=torch.device(device), precision="fp16" if device != "cpu" else "fp32")
+model = build_inference_model(state_dict, device=torch.device(device), precision="fp16" if device != "cpu" else "fp32",
+                              kernels="triton" if device != "cpu" else "torch")  # as an eager restorer builds it
 mark("GPEN built")
 from gpen_video.faces.detect import FaceDetector
 detector = FaceDetector("retinaface-mobile", sys.argv[3], device=device, progress=False)

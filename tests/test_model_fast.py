@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from gpen_video.model import GPEN, GPENConfig, build_inference_model
-from gpen_video.model.fast import BLUR_MODES
+from gpen_video.model.fast import BLUR_MODES, KERNELS
 
-from .conftest import requires_cuda
+from .conftest import requires_cuda, shared_file
 
 TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 1e-2}
 
@@ -72,9 +75,10 @@ def test_rejects_unknown_precision(golden):
 
 @requires_cuda
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("blur", BLUR_MODES)
 @pytest.mark.parametrize("precision", list(TOLERANCE))
-def test_matches_reference_on_gpu(golden, wide_model, precision, blur, monkeypatch):
+def test_matches_reference_on_gpu(golden, wide_model, precision, blur, kernels, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     for sd, x, ref_model in (
@@ -86,7 +90,34 @@ def test_matches_reference_on_gpu(golden, wide_model, precision, blur, monkeypat
         else:
             with torch.no_grad():
                 ref = copy.deepcopy(ref_model).double()(x.double())
-        model = build_inference_model(sd, device="cuda", precision=precision, blur=blur)
+        model = build_inference_model(sd, device="cuda", precision=precision, blur=blur, kernels=kernels)
         with torch.no_grad():
             out = model(x.cuda())
         assert _rel(out, ref) < TOLERANCE[precision]
+
+
+# Triton's interpreter runs the fused kernels on the CPU, as a GPU runs them compiled; it is chosen
+# when Triton is imported, so these run in a process of their own.
+_INTERPRETED = """
+import sys, torch
+from gpen_video.model import build_inference_model
+golden = torch.load(sys.argv[1], weights_only=True)
+for precision, blur, faces in (("fp32", "fold", 3), ("fp16", "fold", 3), ("fp32", "separable", 1)):
+    model = build_inference_model(golden["state_dict"], precision=precision, blur=blur, kernels="triton")
+    with torch.no_grad():
+        out = model(golden["input"][:faces])
+    ref = golden["output_double"][:faces]
+    print(precision, blur, ((out.double() - ref).norm() / ref.norm()).item())
+"""
+
+
+def test_fused_triton_kernels_match_the_official_output(golden):
+    pytest.importorskip("triton")
+    run = subprocess.run([sys.executable, "-c", _INTERPRETED, str(shared_file("gpen_reference/golden_small.pt"))],
+                         capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.returncode == 0, run.stderr
+    errors = [line.split() for line in run.stdout.splitlines()]
+    assert [(precision, blur) for precision, blur, _ in errors] == [
+        ("fp32", "fold"), ("fp16", "fold"), ("fp32", "separable")]
+    for precision, _, error in errors:
+        assert float(error) < TOLERANCE[precision]

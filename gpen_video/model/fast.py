@@ -32,6 +32,9 @@ from .fir import blur_kernel
 
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 BLUR_MODES = ("fold", "separable")
+#: How the elementwise work runs: PyTorch's operations (which torch.compile fuses), or one Triton
+#: kernel per layer (model.kernels: GPUs, eager).
+KERNELS = ("torch", "triton")
 SQRT2 = math.sqrt(2.0)
 _BLUR_DOWN = blur_kernel(BLUR_TAPS)
 _BLUR_UP = blur_kernel(BLUR_TAPS, gain=4.0)  # after zero insertion, the filter restores the mean
@@ -62,13 +65,20 @@ class FastGPEN(nn.Module):
     """GPEN inference with static, pre-folded weights. Input and output as :class:`GPEN`."""
 
     def __init__(self, state_dict: Mapping[str, torch.Tensor], config: GPENConfig,
-                 dtype: torch.dtype = torch.float32, blur: str = "separable") -> None:
+                 dtype: torch.dtype = torch.float32, blur: str = "separable", kernels: str = "torch") -> None:
         super().__init__()
         if blur not in BLUR_MODES:
             raise ValueError(f"blur must be one of {BLUR_MODES}, got {blur!r}")
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
         self.config = config
         self.dtype = dtype
         self.blur = blur
+        self.fused = None
+        if kernels == "triton":
+            from .kernels import fused
+
+            self.fused = fused
         sd = {k: v.detach().float().cpu() for k, v in state_dict.items()}
 
         self.encoder = nn.ModuleList(self._encoder_stage(sd, i) for i in range(config.log_size - 1))
@@ -129,9 +139,11 @@ class FastGPEN(nn.Module):
             if self.blur == "fold":
                 w = _full_conv(w, _BLUR_UP)
             w = w.transpose(0, 1)  # conv_transpose2d takes (in, out, k, k)
-        return _Params(weight=self._conv_weight(w), demod=demod.t().contiguous(),
-                       noise_weight=sd[f"{prefix}.noise.weight"],
-                       bias=sd[f"{prefix}.activate.bias"].view(1, -1, 1, 1))
+        params = _Params(weight=self._conv_weight(w), demod=demod.t().contiguous(),
+                         noise_weight=sd[f"{prefix}.noise.weight"],
+                         bias=sd[f"{prefix}.activate.bias"].view(1, -1, 1, 1))
+        params.noise_scale = float(sd[f"{prefix}.noise.weight"])  # the fused kernel's, read without a sync
+        return params
 
     def _to_rgb(self, sd: dict[str, torch.Tensor], prefix: str) -> _Params:
         w = sd[f"{prefix}.conv.weight"][0, :, :, 0, 0]  # (3, in)
@@ -167,9 +179,14 @@ class FastGPEN(nn.Module):
                 x = F.conv2d(x, stage.weight)
             elif self.blur == "fold":
                 x = F.conv2d(x, stage.weight, stride=2, padding=2)
+            elif self.fused is not None:
+                x = F.conv2d(self.fused(x, blur_pad=2), stage.weight, stride=2)
             else:
                 x = F.conv2d(self._separable_blur(x.float(), 2, 1.0).to(self.dtype), stage.weight, stride=2)
-            x = _lrelu(x.float(), stage.bias).to(self.dtype)
+            if self.fused is not None:
+                x = self.fused(x, bias=stage.bias)
+            else:
+                x = _lrelu(x.float(), stage.bias).to(self.dtype)
             features.append(x)
         return features
 
@@ -181,8 +198,13 @@ class FastGPEN(nn.Module):
             out = F.conv2d(x, layer.weight, padding=1)
         elif self.blur == "fold":
             out = F.conv_transpose2d(x, layer.weight, stride=2, padding=2)
+        elif self.fused is not None:
+            return self.fused(F.conv_transpose2d(x, layer.weight, stride=2), blur_pad=1, gain=4.0, demod=demod,
+                              noise=noise, noise_weight=layer.noise_scale, bias=layer.bias)
         else:
             out = self._separable_blur(F.conv_transpose2d(x, layer.weight, stride=2).float(), 1, 4.0)
+        if self.fused is not None:
+            return self.fused(out, demod=demod, noise=noise, noise_weight=layer.noise_scale, bias=layer.bias)
         # The epilogue runs in fp32 and rounds once: in fp16/bf16 each extra rounding costs accuracy.
         out = out.float() * demod[:, :, None, None]
         out = torch.cat((out, noise.float() * layer.noise_weight), dim=1)
@@ -221,11 +243,13 @@ class FastGPEN(nn.Module):
 
 
 def build_inference_model(state_dict: Mapping[str, torch.Tensor], device: str | torch.device = "cpu",
-                          precision: str = "fp32", blur: str = "separable",
+                          precision: str = "fp32", blur: str = "separable", kernels: str = "torch",
                           config: GPENConfig | None = None) -> FastGPEN:
     """Build the fast GPEN from an official-layout state dict, ready for ``torch.no_grad()`` inference.
 
-    ``config`` is inferred from the tensor shapes when not given.
+    ``config`` is inferred from the tensor shapes when not given. ``kernels="triton"`` fuses the
+    elementwise work for eager runs on a GPU; a model to compile keeps PyTorch's, which the
+    compiler fuses itself.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
@@ -233,5 +257,5 @@ def build_inference_model(state_dict: Mapping[str, torch.Tensor], device: str | 
         from .weights import infer_config
 
         config = infer_config(state_dict)
-    model = FastGPEN(state_dict, config, PRECISIONS[precision], blur)
+    model = FastGPEN(state_dict, config, PRECISIONS[precision], blur, kernels)
     return model.to(device).eval().requires_grad_(False)

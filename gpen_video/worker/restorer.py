@@ -42,7 +42,9 @@ class FaceRestorer:
         self.device = device
         self.compiled = compiled and device.type == "cuda"  # torch.compile + CUDA graphs: GPUs only
         precision = options.precision_on(str(device))
-        model = build_inference_model(state_dict, device=device, precision=precision)
+        # Eager on a GPU, the elementwise work runs fused in Triton kernels; compiled, the compiler fuses it.
+        kernels = "triton" if device.type == "cuda" and not self.compiled else "torch"
+        model = build_inference_model(state_dict, device=device, precision=precision, kernels=kernels)
         self.crop_size = model.config.size
         self.face_batch = options.batch_size  # faces per GPEN call; halved for good on out-of-memory
         self.out_of_memory = 0  # times the batch was halved
