@@ -168,11 +168,9 @@ import json, re, sys
 from pathlib import Path
 from gpen_video.api import restore_video
 from gpen_video.worker.device import stage_planes
-import torch
 summary = restore_video(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
 peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1))
-pinned = torch.cuda.host_memory_stats().get("reserved_bytes.peak", 0) if torch.cuda.is_available() else 0
-print(json.dumps({"peak_rss_mib": peak / 1024, "fps": summary.fps, "pinned_peak_mib": pinned / 2**20}))
+print(json.dumps({"peak_rss_mib": peak / 1024, "fps": summary.fps}))
 """
 
 # The same clip through the tool's reader and writer alone, with the writer's settings and two
@@ -189,8 +187,7 @@ print(json.dumps({"peak_rss_mib": peak / 1024, "fps": fps}))
 
 
 def whole_run(clip: Path, output: Path, options: dict) -> dict:
-    """A whole run in a process of its own: its peak resident memory (MiB), its fps, and the peak
-    of pinned host memory it reserved (MiB; 0 without a GPU)."""
+    """A whole run in a process of its own: its peak resident memory (MiB) and its fps."""
     run = subprocess.run([sys.executable, "-c", _WHOLE_RUN, str(clip), str(output), json.dumps(options)],
                          check=True, capture_output=True, text=True)
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -259,7 +256,6 @@ def _memory_beside_transcode(rows: _Rows, size: str, clip: Path, run: dict, tmp_
     transcode = transcode_run(clip, tmp_path / f"tr_{size}.mp4", preset)
     rows[f"transcode_rss_mib_{size}"] = transcode["peak_rss_mib"]
     rows[f"run_over_transcode_mib_{size}"] = run["peak_rss_mib"] - transcode["peak_rss_mib"]
-    rows[f"run_pinned_peak_mib_{size}"] = run.get("pinned_peak_mib", 0)
 
 
 def _share(shares: dict[int, float]) -> str:
@@ -281,8 +277,7 @@ def _print_long(rows: _Rows, seconds: float, long_seconds: float) -> None:
     for size in ("hd", "uhd", "8k"):
         if f"transcode_rss_mib_{size}" in rows:
             print(f"{size}: a plain transcode's peak {rows[f'transcode_rss_mib_{size}']:.0f} MiB; the run's "
-                  f"{rows[f'run_over_transcode_mib_{size}']:+.0f} MiB beyond it, pinned host memory at most "
-                  f"{rows[f'run_pinned_peak_mib_{size}']:.0f} MiB")
+                  f"{rows[f'run_over_transcode_mib_{size}']:+.0f} MiB beyond it")
 
 
 def main() -> None:
