@@ -53,11 +53,12 @@ from .scheduler import WorkerPool
 
 log = logging.getLogger(__name__)
 FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)
-#: ``--compile auto`` compiles from this many frames of work: compiled GPEN restores a one-face
-#: 1080p clip at 2.3x and a crowd at 5.4x the eager speed (~6.4 ms saved per face, run AN), and
-#: its first frame comes 5.1 s later with a warm compile cache, 23.7 s with a cold one (run AS):
-#: it pays from ~800 faces warm, ~3700 cold (BENCHMARKS.md).
-COMPILE_FROM_FRAMES = {"warm": 1000, "cold": 3500}
+#: ``--compile auto`` compiles from this many frames of work (a frame has a face or more). Eager
+#: GPEN runs its elementwise work in fused Triton kernels, so compiling saves only 0.32 ms a face
+#: (897 against 699 faces/s, run BQ), while its first frame comes 5.1 s later with a warm compile
+#: cache and 23.7 s with a cold one (run AS): it pays from ~16 000 faces warm, ~75 000 cold
+#: (BENCHMARKS.md). A one-face render, bound by its encoder, gains nothing measurable.
+COMPILE_FROM_FRAMES = {"warm": 16000, "cold": 75000}
 
 
 def preview_times(info: VideoInfo, time_range: tuple[float, float | None] | None, panels: int) -> tuple[float, ...]:
