@@ -150,6 +150,27 @@ def test_a_gopro_clip_keeps_its_telemetry_track(small_gpen, tmp_path, ext):
     assert out.read_bytes().count(b"gpmd") >= 1  # the sample entry a GoPro tool looks for
 
 
+def test_an_apple_metadata_track_is_named_by_its_sample_entry_and_refused_under_strict(small_gpen, tmp_path):
+    """An iPhone's timed-metadata track (``mebx``) is no telemetry gpen-video knows how to keep: it
+    is named for what it is, not as the "bin_data" FFmpeg calls every data track."""
+    gopro = corpus.gopro_mp4(tmp_path / "gopro.mp4").read_bytes()
+    entry = b"\x00\x00\x00\x14gpmd"  # the track's sample entry: the same track, as an iPhone marks its metadata
+    assert gopro.count(entry) == 1
+    src = tmp_path / "in.mov"
+    src.write_bytes(gopro.replace(entry, b"\x00\x00\x00\x14mebx"))
+    out = tmp_path / "out.mov"
+    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
+    assert run.returncode == 0, run.stderr
+    message = ("data stream #2 (mebx: Apple timed metadata) is left out: of the data tracks, gpen-video keeps "
+               "timecode and GoPro telemetry (gpmd) only")
+    assert _warnings(run) == [f"gpen-video: {message}"]
+    with av.open(str(out)) as container:
+        assert [s.type for s in container.streams] == ["video", "audio"]
+    strict = gpen_video(small_gpen, src, tmp_path / "strict.mov", "--strict")
+    assert strict.returncode == 1 and strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
+    assert not (tmp_path / "strict.mov").exists()
+
+
 @pytest.mark.parametrize(("ext", "how"), [(".mp4", "stream"), (".mkv", "attachment")])
 def test_cover_art_travels(small_gpen, tmp_path, ext, how):
     src = corpus.with_cover_art(tmp_path / "in.mp4")
