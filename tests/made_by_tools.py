@@ -264,6 +264,18 @@ def spherical_mp4(path: Path) -> Path:
     return path
 
 
+def spherical_mkv(path: Path, stereo_mode: int = 1) -> Path:
+    """A stereo 360° video as mkvmerge writes one: equirectangular (its ProjectionPrivate the
+    payload of an MP4 ``equi`` box: version, flags and four zero bounds), turned 90° in yaw, with
+    Matroska's ``stereo_mode`` (1: side by side, left eye first; 2: top-bottom, right eye first)."""
+    plain = path.parent / "plain360.mp4"
+    ffmpeg("-i", _source(), "-t", "0.32", "-an", "-vf", "scale=960:480", "-c:v", "libx264", "-preset", "ultrafast",
+           plain)
+    run(tool("mkvmerge"), "--quiet", "-o", path, "--projection-type", "0:1", "--projection-private", "0:" + "00" * 20,
+        "--projection-pose-yaw", "0:90", "--stereo-mode", f"0:{stereo_mode}", plain)
+    return path
+
+
 def dnxhr_mov(path: Path) -> Path:
     """An Avid-style DNxHR HQ intermediate in MOV, 1080p 4:2:2."""
     ffmpeg("-i", _source(), "-t", "0.3", "-an", "-vf", "scale=1920:1080,setsar=1,format=yuv422p",

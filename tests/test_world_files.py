@@ -243,19 +243,34 @@ def _spatial(path: Path) -> list[dict]:
     return [d for d in data if d["side_data_type"] in ("Spherical Mapping", "Stereo 3D")]
 
 
-def test_360_and_stereo_metadata_are_written_back(small_gpen, tmp_path):
-    src = tools.spherical_mp4(tmp_path / "in.mp4")
-    assert [d["side_data_type"] for d in _spatial(src)] == ["Stereo 3D", "Spherical Mapping"]
-    for ext in (".mp4", ".mov"):
+@pytest.mark.parametrize("made_by", ["ffmpeg", "mkvmerge"])
+def test_360_and_stereo_metadata_are_written_back(small_gpen, tmp_path, made_by):
+    src = tools.spherical_mp4(tmp_path / "in.mp4") if made_by == "ffmpeg" else tools.spherical_mkv(tmp_path / "in.mkv")
+    spatial = _spatial(src)
+    assert sorted(d["side_data_type"] for d in spatial) == ["Spherical Mapping", "Stereo 3D"]
+    assert {d.get("projection") for d in spatial} >= {"equirectangular"}
+    for ext in (".mp4", ".mov", ".mkv", ".webm"):
         out = tmp_path / f"out{ext}"
-        _restored(small_gpen, src, out, "--preset", "ultrafast")
-        assert _spatial(out) == _spatial(src)  # equirectangular, yaw 90, side by side
-    message = ("the 360° and stereo 3D metadata is left out: gpen-video keeps it from an .mp4 or .mov into "
-               ".mp4 or .mov")
-    run = gpen_video(small_gpen, src, tmp_path / "out.mkv", "--preset", "ultrafast")
-    assert _warnings(run) == [f"gpen-video: {message}"]
-    strict = gpen_video(small_gpen, src, tmp_path / "strict.mkv", "--strict")
+        codec = ("--codec", "libvpx-vp9", "--crf", "40") if ext == ".webm" else ("--preset", "ultrafast")
+        _restored(small_gpen, src, out, *codec)
+        assert _sorted_spatial(out) == _sorted_spatial(src), ext  # equirectangular, yaw 90, side by side
+
+
+def test_a_stereo_layout_mp4_cannot_state_is_named_and_refused_under_strict(small_gpen, tmp_path):
+    src = tools.spherical_mkv(tmp_path / "in.mkv", stereo_mode=2)  # top-bottom, the right eye first
+    _restored(small_gpen, src, tmp_path / "out.mkv", "--preset", "ultrafast")
+    assert _sorted_spatial(tmp_path / "out.mkv") == _sorted_spatial(src)
+    message = ("the 360° and stereo 3D metadata is left out: gpen-video keeps it between .mp4, .mov, .mkv and "
+               ".webm files (MP4 and MOV hold no stereo layout but top-bottom and side by side)")
+    run = gpen_video(small_gpen, src, tmp_path / "out.mp4", "--preset", "ultrafast")
+    assert run.returncode == 0 and _warnings(run) == [f"gpen-video: {message}"]
+    assert _spatial(tmp_path / "out.mp4") == []
+    strict = gpen_video(small_gpen, src, tmp_path / "strict.mp4", "--strict")
     assert strict.returncode == 1 and strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
+
+
+def _sorted_spatial(path: Path) -> list[dict]:
+    return sorted(_spatial(path), key=lambda d: d["side_data_type"])
 
 
 def _alpha(path: Path) -> list[np.ndarray]:

@@ -1,7 +1,8 @@
 """Edits of a finished Matroska/WebM file's video track that FFmpeg's muxer makes only from stream
 fields PyAV cannot set: HDR10 static metadata (``MasteringMetadata``, ``MaxCLL`` and ``MaxFALL``
-in the track's ``Colour``), and the shown size of non-square pixels (``DisplayWidth``,
-``DisplayHeight``).
+in the track's ``Colour``), the shown size of non-square pixels (``DisplayWidth``,
+``DisplayHeight``), and 360° video's ``Projection`` and ``StereoMode``; and the reading of an
+input's video track elements, which FFmpeg does not show through PyAV.
 
 The elements go into the video track's ``Video``. The space they take comes out of the ``Void``
 that FFmpeg's muxer leaves after the front ``SeekHead``, which lies before ``Tracks``: the
@@ -21,6 +22,7 @@ from .hdr import HdrMetadata
 
 SEGMENT, SEEK_HEAD, SEEK, SEEK_ID, SEEK_POSITION = 0x18538067, 0x114D9B74, 0x4DBB, 0x53AB, 0x53AC
 VOID, CRC32, TRACKS, TRACK_ENTRY, TRACK_TYPE, VIDEO, COLOUR = 0xEC, 0xBF, 0x1654AE6B, 0xAE, 0x83, 0xE0, 0x55B0
+CLUSTER = 0x1F43B675
 MASTERING, MAX_CLL, MAX_FALL = 0x55D0, 0x55BC, 0x55BD
 DISPLAY_WIDTH, DISPLAY_HEIGHT, DISPLAY_UNIT = 0x54B0, 0x54BA, 0x54B2
 #: MasteringMetadata's children in order: R, G, B and white xy chromaticities, luminance max, min.
@@ -59,7 +61,8 @@ def _size(value: int, width: int = 0) -> bytes:
     return (value | 1 << 7 * width).to_bytes(width, "big")
 
 
-def _element(element_id: int, payload: bytes) -> bytes:
+def element(element_id: int, payload: bytes) -> bytes:
+    """One EBML element: its ID, its size in the fewest bytes, its payload."""
     return _id_bytes(element_id) + _size(len(payload)) + payload
 
 
@@ -90,10 +93,10 @@ def _id_bytes(element_id: int) -> bytes:
     return element_id.to_bytes((element_id.bit_length() + 7) // 8, "big")
 
 
-def _rebuilt(element: tuple[int, int, int, int], payload: bytes) -> bytes:
-    """``element`` with a new ``payload``: its size in the width it had where that still holds it,
+def _rebuilt(found: tuple[int, int, int, int], payload: bytes) -> bytes:
+    """``found`` with a new ``payload``: its size in the width it had where that still holds it,
     and its CRC-32 (if it has one) made right."""
-    element_id, _, header, _ = element
+    element_id, _, header, _ = found
     id_bytes = _id_bytes(element_id)
     try:
         size = _size(len(payload), header - len(id_bytes))
@@ -130,11 +133,11 @@ def hdr_elements(hdr: HdrMetadata) -> bytes:
     if all(p is not None for p in primaries) and hdr.luminance is not None:
         low, high = hdr.luminance
         values = [float(v) for xy in primaries for v in xy] + [float(high), float(low)]
-        elements += _element(MASTERING, b"".join(_element(i, struct.pack(">f", v))
+        elements += element(MASTERING, b"".join(element(i, struct.pack(">f", v))
                                                  for i, v in zip(_MASTERING_IDS, values)))
     if hdr.light_level is not None:
         for element_id, value in zip((MAX_CLL, MAX_FALL), hdr.light_level):
-            elements += _element(element_id, value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big"))
+            elements += element(element_id, value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big"))
     return elements
 
 
@@ -150,7 +153,7 @@ def add_hdr_metadata(path: Path, hdr: HdrMetadata) -> None:
             if present & {MASTERING, MAX_CLL, MAX_FALL}:
                 return None
             return [colour[0]], _payload(head, colour[0]) + hdr_elements(hdr)
-        return [], _payload(head, video) + _element(COLOUR, hdr_elements(hdr))
+        return [], _payload(head, video) + element(COLOUR, hdr_elements(hdr))
 
     _edit_video_track(path, edit)
 
@@ -166,15 +169,78 @@ def add_display_size(path: Path, width: int, height: int) -> None:
             return None
         kept = b"".join(head[at : at + header + size] for element_id, at, header, size in children
                         if element_id != DISPLAY_UNIT)  # the default unit is pixels
-        added = b"".join(_element(i, v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big"))
+        added = b"".join(element(i, v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big"))
                          for i, v in ((DISPLAY_WIDTH, width), (DISPLAY_HEIGHT, height)))
         return [], kept + added
 
     _edit_video_track(path, edit)
 
 
-def _payload(data: bytes, element: tuple[int, int, int, int]) -> bytes:
-    _, at, header, size = element
+def add_video_elements(path: Path, elements: dict[int, bytes]) -> None:
+    """``elements`` (ID -> payload) into the video track's Video of the file at ``path``, in place;
+    an ID the track has already is left as it is."""
+
+    def edit(head: bytes, video: tuple[int, int, int, int]) -> tuple[list, bytes] | None:
+        present = {c[0] for c in _children(head, video[1] + video[2], video[1] + video[2] + video[3])}
+        added = b"".join(element(i, v) for i, v in elements.items() if i not in present)
+        return ([], _payload(head, video) + added) if added else None
+
+    _edit_video_track(path, edit)
+
+
+def children_payloads(data: bytes) -> dict[int, bytes]:
+    """The payloads of the elements laid one after another in ``data``, by ID (the first of each)."""
+    found: dict[int, bytes] = {}
+    for element_id, at, header, size in _children(data, 0, len(data)):
+        found.setdefault(element_id, data[at + header : at + header + size])
+    return found
+
+
+def read_video_elements(path: Path) -> dict[int, bytes]:
+    """The children of the first video track's Video in the Matroska/WebM file at ``path``, by ID
+    (their payloads); empty where the track list is not found before the first cluster."""
+    with open(path, "rb") as file:
+        head = file.read(1 << 12)
+        try:
+            _, width = _read_id(head, 0)
+            size, size_width = _read_size(head, width)
+            at = width + size_width + size
+            segment_id, id_width = _read_id(head, at)
+            _, size_width = _read_size(head, at + id_width)
+        except (MatroskaError, IndexError):
+            return {}
+        if segment_id != SEGMENT:
+            return {}
+        at += id_width + size_width
+        while True:  # the Segment's children, up to Tracks
+            file.seek(at)
+            header = file.read(12)
+            if len(header) < 2:
+                return {}
+            try:
+                element_id, id_width = _read_id(header, 0)
+                size, size_width = _read_size(header, id_width)
+            except (MatroskaError, IndexError):
+                return {}
+            if element_id == CLUSTER:
+                return {}
+            if element_id == TRACKS:
+                file.seek(at + id_width + size_width)
+                tracks = file.read(size)
+                break
+            at += id_width + size_width + size
+    try:
+        for entry in _children(tracks, 0, len(tracks)):
+            if entry[0] == TRACK_ENTRY and _is_video(tracks, entry):
+                fields = children_payloads(_payload(tracks, entry))
+                return children_payloads(fields[VIDEO]) if VIDEO in fields else {}
+    except MatroskaError:
+        pass
+    return {}
+
+
+def _payload(data: bytes, found: tuple[int, int, int, int]) -> bytes:
+    _, at, header, size = found
     return data[at + header : at + header + size]
 
 

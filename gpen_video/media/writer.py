@@ -21,9 +21,10 @@ from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
 from .hdr import PARAMS_OPTION
 from .isobmff import BoxError, Track, add_sample_entry_boxes
-from .matroska import MatroskaError, add_display_size, add_hdr_metadata
+from .matroska import MatroskaError, add_display_size, add_hdr_metadata, add_video_elements, read_video_elements
 from .outputs import OutputClaim, partial_path, remove_stale_partials
 from .source import SourceFrame, VideoInfo, video_stream
+from .spatial import SpatialLayout
 from .streams import CompanionStreams, mp4_tracks
 
 if TYPE_CHECKING:
@@ -137,8 +138,8 @@ class VideoWriter:
                 can = f"{', '.join(sorted(writers))} can" if writers else "no FFmpeg encoder can"
                 self._warn(f"the {name} on the input's frames is left out: {codec.name} cannot write it ({can})")
         tracks = mp4_tracks(source)
-        #: 360° and stereo 3D, for the finished file's sample entry
-        self.spatial_boxes = self._spatial_boxes(info, tracks, src_video.index, ext)
+        #: 360° and stereo 3D, for the finished file's header
+        self.spatial = self._spatial_layout(info, source, tracks, src_video.index, ext)
         sar = src_video.sample_aspect_ratio
         #: non-square pixels: every frame carries the SAR (FFV1 codes it in each frame's header)
         self.anamorphic = bool(sar) and sar != 1
@@ -161,18 +162,25 @@ class VideoWriter:
             raise
         self._pending: list[av.Packet] = []  # copied packets waiting for the video to catch up
 
-    def _spatial_boxes(self, info: VideoInfo, tracks: list[Track], video_index: int, ext: str) -> dict[bytes, bytes]:
-        """The input video's 360° and stereo-3D boxes (sv3d, st3d) where the output can take them
-        back; where it cannot, one warning names the metadata left out."""
+    def _spatial_layout(self, info: VideoInfo, source: av.container.InputContainer, tracks: list[Track],
+                        video_index: int, ext: str) -> SpatialLayout | None:
+        """The input video's 360° and stereo-3D layout, read from its own boxes (MP4/MOV) or
+        elements (Matroska/WebM), where the output can state it; where it cannot, one warning
+        names the metadata left out."""
         if not info.spatial:
-            return {}
-        entry = tracks[video_index].entry_boxes if video_index < len(tracks) else {}
-        boxes = {kind: entry[kind] for kind in (b"sv3d", b"st3d") if kind in entry}
-        if boxes and ext in (".mp4", ".mov"):
-            return boxes
-        self._warn(f"the {' and '.join(info.spatial)} metadata is left out: gpen-video keeps it from an "
-                   f".mp4 or .mov into .mp4 or .mov")
-        return {}
+            return None
+        layout = None
+        if tracks:
+            layout = SpatialLayout.from_mp4(tracks[video_index].entry_boxes if video_index < len(tracks) else {})
+        elif "matroska" in source.format.name:
+            layout = SpatialLayout.from_matroska(read_video_elements(Path(source.name)))
+        if layout is not None and ext in (".mkv", ".webm"):
+            return layout
+        if layout is not None and ext in (".mp4", ".mov") and layout.mp4_boxes() is not None:
+            return layout
+        self._warn(f"the {' and '.join(info.spatial)} metadata is left out: gpen-video keeps it between .mp4, "
+                   f".mov, .mkv and .webm files (MP4 and MOV hold no stereo layout but top-bottom and side by side)")
+        return None
 
     def _setup(self, source: av.container.InputContainer, tracks: list[Track], rules: ContainerRules,
                ext: str) -> None:
@@ -335,8 +343,8 @@ class VideoWriter:
             self.container.close()
             if self.info.hdr is not None:
                 self._write_hdr_header()
-            if self.spatial_boxes:
-                self._write_spatial_boxes()
+            if self.spatial is not None:
+                self._write_spatial_layout()
             if self.anamorphic and self.output.suffix.lower() in (".mkv", ".webm"):
                 self._write_display_size()
         except av.FFmpegError as exc:
@@ -368,12 +376,16 @@ class VideoWriter:
             log.warning(message)
             self.warnings.append(message)
 
-    def _write_spatial_boxes(self) -> None:
-        """The input's 360° and stereo 3D boxes (``sv3d``, ``st3d``) into the video sample entry,
-        as they were: FFmpeg's MP4 muxer writes them only from stream side data PyAV cannot set."""
+    def _write_spatial_layout(self) -> None:
+        """The input's 360° and stereo 3D layout into the finished file's header: the video sample
+        entry's ``sv3d`` and ``st3d`` in MP4/MOV, the video track's ``Projection`` and ``StereoMode``
+        in Matroska/WebM. FFmpeg's muxers write them only from stream side data PyAV cannot set."""
         try:
-            add_sample_entry_boxes(self.tmp, self.spatial_boxes)
-        except BoxError as exc:
+            if self.output.suffix.lower() in (".mp4", ".mov"):
+                add_sample_entry_boxes(self.tmp, self.spatial.mp4_boxes())
+            else:
+                add_video_elements(self.tmp, self.spatial.matroska_elements())
+        except (BoxError, MatroskaError) as exc:
             message = f"the {' and '.join(self.info.spatial)} metadata could not be written ({exc})"
             log.warning(message)
             self.warnings.append(message)
