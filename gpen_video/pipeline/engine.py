@@ -616,6 +616,7 @@ class Engine:
             raise
         memory = [f"{w.device}: out of memory {w.out_of_memory - before} time(s), GPEN batch lowered to {w.face_batch}"
                   for w, before in zip(pool.workers, lowered) if w.out_of_memory > before]
+        memory += [note for w in pool.workers for note in w.take_notes()]
         return Summary(writer.output, result.frames, result.faces, result.frames_with_faces, result.seconds,
                        result.busy, writer.warnings + memory, result.damaged, startup=self._take_startup(),
                        milestones=result.milestones)

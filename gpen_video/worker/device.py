@@ -110,6 +110,13 @@ class DeviceWorker:
         """Times the GPEN batch was lowered."""
         return self.restorer.out_of_memory if self.restorer is not None else 0
 
+    def take_notes(self) -> list[str]:
+        """What the restorer has to say in the next job's summary (a precision fallback), once."""
+        if self.restorer is None:
+            return []
+        notes, self.restorer.notes = self.restorer.notes, []
+        return notes
+
     def close(self) -> None:
         """Let the restorer's warm-up finish (see :meth:`FaceRestorer.close`)."""
         if self.restorer is not None:
@@ -217,6 +224,8 @@ class DeviceWorker:
         resident = [self._resident([frames[i] for i in group]) for group in groups]
         image, changed = self.restorer.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces,
                                           [f.index for f in frames], clip)
+        nonfinite = self.restorer.take_nonfinite()  # the half-precision guard's count, read back with the frames
+        nonfinite = to_host(nonfinite) if nonfinite is not None else None
         downloads = []
         for group, (planes, _) in zip(groups, resident):
             layout = frames[group[0]].layout
@@ -224,6 +233,8 @@ class DeviceWorker:
             downloads.append(self._download(layout.merge(new, planes, _of_group(changed, group, groups))))
 
         def finish() -> list[np.ndarray]:
+            if nonfinite is not None:
+                self.restorer.note_nonfinite(int(nonfinite))
             rows: list[np.ndarray | None] = [None] * len(frames)
             for group, host in zip(groups, downloads):
                 packed = host.numpy()

@@ -57,6 +57,8 @@ class Worker(Protocol):
 
     def load_restorer(self, state_dict: dict[str, torch.Tensor]) -> Pending[None]: ...
 
+    def take_notes(self) -> list[str]: ...  # what the next job's summary must say (a precision fallback), once
+
     def stage(self, frame: SourceFrame) -> None: ...  # on the decode thread, where this kind reads frames
 
     def prepare_detection(self, frames: int, height: int, width: int) -> None: ...

@@ -90,6 +90,7 @@ class ProcessWorker:
         self.face_batch = options.batch_size
         self.out_of_memory = 0
         self.restores = False
+        self._notes: list[str] = []  # from the process's restorer, for the next job's summary
         self._frames = frames
         self._sent_blocks: set[int] = set()
         self._requests = itertools.count()
@@ -112,6 +113,11 @@ class ProcessWorker:
         """Whether the process still runs and answers."""
         return self._died is None and self.process.is_alive()
 
+    def take_notes(self) -> list[str]:
+        """What the process's restorer had to say for the next job's summary, once."""
+        notes, self._notes = self._notes, []
+        return notes
+
     def stage(self, frame: SourceFrame) -> None:
         """On the decode thread: the frame's planes into a slot of shared memory."""
         samples, give_back = self._frames.stage(frame.frame)
@@ -125,7 +131,8 @@ class ProcessWorker:
         future = self._call("load", {name: tensor.share_memory_() for name, tensor in state_dict.items()})
 
         def loaded() -> None:
-            self.face_batch = future.result()
+            self.face_batch, notes = future.result()
+            self._notes += notes
             self.restores = True
 
         return Pending(loaded, _HOST)
@@ -143,7 +150,8 @@ class ProcessWorker:
         future = self._call("restore", refs, [list(f) for f in faces], clip)
 
         def finish() -> list[Restored]:
-            self.face_batch, self.out_of_memory = future.result()
+            self.face_batch, self.out_of_memory, notes = future.result()
+            self._notes += notes
             results = []
             for frame, found in zip(frames, faces):
                 # A copy out of the slot: the encoder may hold the frame longer than the slot is ours.
@@ -237,7 +245,7 @@ def serve(pipe: multiprocessing.connection.Connection, options: RestoreOptions, 
                 pipe.send((number, True, None))
             elif kind == "load":
                 worker.load_restorer(args[0])
-                pipe.send((number, True, worker.face_batch))
+                pipe.send((number, True, (worker.face_batch, worker.take_notes())))
             elif kind == "detect":
                 detection, refs = args
                 if detection is not None:
@@ -268,7 +276,7 @@ def _answer(pipe: multiprocessing.connection.Connection, worker: DeviceWorker, n
         if kind == "restore":
             for slot, packed in zip(slots, result):
                 slot.copy_(torch.from_numpy(packed))
-            result = (worker.face_batch, worker.out_of_memory)
+            result = (worker.face_batch, worker.out_of_memory, worker.take_notes())
         pipe.send((number, True, result))
     except Exception as exc:
         pipe.send((number, False, error_line(exc)))

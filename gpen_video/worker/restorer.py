@@ -17,6 +17,7 @@ from ..faces.align import invert_affine, reference_points, similarity_transforms
 from ..faces.parse import FaceParser, MaskSmoother
 from ..model import build_inference_model
 from ..model.graphs import GraphedModel, padded
+from ..model.precision import TOLERANCE, PrecisionError, difference_from_fp32, finite_faces, reference_face
 from ..model.weights import cache_dir
 from ..options import RestoreOptions
 from .compose import Compositor
@@ -41,31 +42,37 @@ class FaceRestorer:
                  compiled: bool) -> None:
         self.device = device
         self.compiled = compiled and device.type == "cuda"  # torch.compile + CUDA graphs: GPUs only
-        precision = options.precision_on(str(device))
-        # Eager on a GPU, the elementwise work runs fused in Triton kernels; compiled, the compiler fuses it.
-        kernels = "triton" if device.type == "cuda" and not self.compiled else "torch"
-        model = build_inference_model(state_dict, device=device, precision=precision, kernels=kernels)
+        self.precision = options.precision_on(str(device))  # fp32 from the first failed guard on
+        self.strict = options.strict
+        self._state_dict = state_dict  # for an fp32 build, should a half-precision guard fail
+        model = self._build(self.precision, eager=not self.compiled)
         self.crop_size = model.config.size
         self.face_batch = options.batch_size  # faces per GPEN call; halved for good on out-of-memory
         self.out_of_memory = 0  # times the batch was halved
+        self.unrestored = 0  # faces left as decoded: half precision gave values that are not finite
+        self.notes: list[str] = []  # what the next job's summary must say (a precision fallback)
+        self._nonfinite: list[torch.Tensor] = []  # per GPEN call, on the device: faces not finite
         self.model: Callable[[torch.Tensor], torch.Tensor] = model
         self._warming: threading.Thread | None = None
+        self._warm_up_failure: BaseException | None = None
         if self.compiled:
+            self._check_precision()
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache())
-            self.model = GraphedModel(torch.compile(model, fullgraph=True, dynamic=False))
+            self.model = GraphedModel(torch.compile(self.model, fullgraph=True, dynamic=False))
             # Compile and capture now, in the caller's thread: restorers must not compile concurrently
             # (dynamo is not thread-safe), and the 30-odd seconds belong before the first frame.
             log.info("compiling GPEN for %s (once per run, about half a minute)", device)
             self._warm_up()
         elif device.type == "cuda":
-            # The first call of each batch shape chooses the convolutions' algorithms, about 2 s
-            # for GPEN-512 on an H200: done now, beside the detector's first frames, instead of
+            # The precision check, and the first call of each batch shape, which chooses the
+            # convolutions' algorithms: done now, beside the detector's first frames, instead of
             # after them (GPU batches are all padded to one shape).
-            self._warming = threading.Thread(target=self._warm_up, name=f"gpen-warm-up-{device}", daemon=True)
+            self._warming = threading.Thread(target=self._check_and_warm_up, name=f"gpen-warm-up-{device}",
+                                             daemon=True)
             self._warming.start()
         self.compositor = Compositor(self.crop_size, device, options.strength)
         # --mask parse: ParseNet on the restored faces, in GPEN's precision on a GPU.
-        self.parser = (FaceParser(options.parse_weights, device, half=precision != "fp32", progress=False)
+        self.parser = (FaceParser(options.parse_weights, device, half=self.precision != "fp32", progress=False)
                        if options.mask == "parse" else None)
         self.smoother = MaskSmoother()
         self.reference = reference_points(self.crop_size)
@@ -77,6 +84,60 @@ class FaceRestorer:
         if self._warming is not None:
             self._warming.join()
             self._warming = None
+
+    def _build(self, precision: str, eager: bool) -> torch.nn.Module:
+        """GPEN in ``precision``: eager on a GPU, its elementwise work runs fused in Triton kernels;
+        to be compiled, in PyTorch's operations, which the compiler fuses itself."""
+        kernels = "triton" if self.device.type == "cuda" and eager else "torch"
+        return build_inference_model(self._state_dict, device=self.device, precision=precision, kernels=kernels)
+
+    @torch.no_grad()
+    def _check_precision(self) -> None:
+        """On a GPU in half precision: GPEN on the shipped face against fp32, on this checkpoint."""
+        if self.device.type != "cuda" or self.precision == "fp32":
+            return
+        exact = self._build("fp32", eager=True)
+        difference = difference_from_fp32(self.model, exact, reference_face(self.crop_size, self.device))
+        del exact
+        if difference > TOLERANCE:
+            self._fall_back(f"GPEN in {self.precision} differs from fp32 by {difference:.1%} on this checkpoint's "
+                            f"test face (more than {TOLERANCE:.0%})", "GPEN runs in fp32 instead, slower")
+
+    def _check_and_warm_up(self) -> None:
+        try:
+            self._check_precision()
+            self._warm_up()
+        except BaseException as exc:  # raised by the first restoration, in the thread that restores
+            self._warm_up_failure = exc
+
+    def _fall_back(self, reason: str, outcome: str) -> None:
+        """A half-precision guard failed: GPEN runs in fp32 from here on, and the next summary says
+        so once; with --strict the run stops instead."""
+        if self.strict:
+            raise PrecisionError(f"{reason} on {self.device} (refused: --strict)")
+        message = f"{reason} on {self.device}; {outcome}"
+        log.warning(message)
+        self.notes.append(message)
+        self.precision = "fp32"
+        self.model = self._build("fp32", eager=True)
+
+    def take_nonfinite(self) -> torch.Tensor | None:
+        """How many faces of the GPEN calls since the last take came out not finite (left as
+        they went in), as a count still on the device: read it with the batch's results."""
+        if not self._nonfinite:
+            return None
+        counts, self._nonfinite = self._nonfinite, []
+        return torch.stack(counts).sum()
+
+    def note_nonfinite(self, faces: int) -> None:
+        """``faces`` came out not finite (read back from :meth:`take_nonfinite`): counted, and the
+        first time in half precision, GPEN falls back to fp32."""
+        if not faces:
+            return
+        self.unrestored += faces
+        if self.precision != "fp32":
+            self._fall_back(f"GPEN in {self.precision} gave values that are not finite for {faces} face(s)",
+                            "they are left as decoded, and GPEN runs in fp32 from here on, slower")
 
     @torch.no_grad()
     def _warm_up(self) -> None:
@@ -95,6 +156,8 @@ class FaceRestorer:
         face is dropped or repeated.
         """
         self.close()
+        if self._warm_up_failure is not None:
+            raise self._warm_up_failure
         out = []
         start = 0
         while start < len(crops):
@@ -102,8 +165,9 @@ class FaceRestorer:
             chunk = crops[start : start + batch]
             n = len(chunk)
             chunk = padded(chunk, batch)
+            x = chunk / 127.5 - 1.0  # official normalisation: (x/255 - 0.5) / 0.5
             try:
-                y = self.model(chunk / 127.5 - 1.0)[:n]  # official normalisation: (x/255 - 0.5) / 0.5
+                y = self.model(x)[:n]
             except torch.cuda.OutOfMemoryError:
                 if batch == 1:
                     raise
@@ -112,6 +176,10 @@ class FaceRestorer:
                 torch.cuda.empty_cache()
                 log.warning("CUDA out of memory on %s: GPEN batch halved to %d", self.device, self.face_batch)
                 continue
+            if self.precision != "fp32":  # a face that came out not finite is left as it went in, and counted
+                finite = finite_faces(y)
+                y = torch.where(finite[:, None, None, None], y, x[:n])
+                self._nonfinite.append((~finite).sum())
             out.append(((y * 0.5 + 0.5).clamp(0, 1) * 255).float())
             start += n
         return torch.cat(out) if out else crops
