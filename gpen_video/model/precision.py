@@ -10,7 +10,6 @@ ways and compares; each restored batch is also checked for values that are not f
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import resources
 
 import cv2
@@ -38,12 +37,10 @@ def reference_face(size: int, device: torch.device) -> torch.Tensor:
     return (rgb / 127.5 - 1.0).to(device)
 
 
-@torch.no_grad()
-def difference_from_fp32(fast: Callable[[torch.Tensor], torch.Tensor], exact: Callable[[torch.Tensor], torch.Tensor],
-                         face: torch.Tensor) -> float:
-    """Relative L2 difference of ``fast``'s output from ``exact``'s on ``face``; infinite where
-    ``fast`` gives values that are not finite."""
-    got, want = fast(face).double(), exact(face).double()
+def relative_difference(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Relative L2 difference of ``got`` from ``want`` (fp32's output); infinite where ``got`` has
+    values that are not finite."""
+    got, want = got.double(), want.double()
     if not torch.isfinite(got).all():
         return float("inf")
     return ((got - want).norm() / want.norm().clamp_min(1e-12)).item()

@@ -17,7 +17,7 @@ from ..faces.align import invert_affine, reference_points, similarity_transforms
 from ..faces.parse import FaceParser, MaskSmoother
 from ..model import build_inference_model
 from ..model.graphs import GraphedModel, padded
-from ..model.precision import TOLERANCE, PrecisionError, difference_from_fp32, finite_faces, reference_face
+from ..model.precision import TOLERANCE, PrecisionError, finite_faces, reference_face, relative_difference
 from ..model.weights import cache_dir
 from ..options import RestoreOptions
 from .compose import Compositor
@@ -56,7 +56,10 @@ class FaceRestorer:
         self._warming: threading.Thread | None = None
         self._warm_up_failure: BaseException | None = None
         if self.compiled:
-            self._check_precision()
+            if self._checks_precision:  # on the model as built, before the compile it would waste
+                face = reference_face(self.crop_size, device)
+                with torch.no_grad():
+                    self._check_precision(self.model(face), face)
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache())
             self.model = GraphedModel(torch.compile(self.model, fullgraph=True, dynamic=False))
             # Compile and capture now, in the caller's thread: restorers must not compile concurrently
@@ -67,8 +70,7 @@ class FaceRestorer:
             # The precision check, and the first call of each batch shape, which chooses the
             # convolutions' algorithms: done now, beside the detector's first frames, instead of
             # after them (GPU batches are all padded to one shape).
-            self._warming = threading.Thread(target=self._check_and_warm_up, name=f"gpen-warm-up-{device}",
-                                             daemon=True)
+            self._warming = threading.Thread(target=self._warm_up_eager, name=f"gpen-warm-up-{device}", daemon=True)
             self._warming.start()
         self.compositor = Compositor(self.crop_size, device, options.strength)
         # --mask parse: ParseNet on the restored faces, in GPEN's precision on a GPU.
@@ -92,21 +94,33 @@ class FaceRestorer:
         return build_inference_model(self._state_dict, device=self.device, precision=precision, kernels=kernels)
 
     @torch.no_grad()
-    def _check_precision(self) -> None:
-        """On a GPU in half precision: GPEN on the shipped face against fp32, on this checkpoint."""
-        if self.device.type != "cuda" or self.precision == "fp32":
-            return
-        exact = self._build("fp32", eager=True)
-        difference = difference_from_fp32(self.model, exact, reference_face(self.crop_size, self.device))
+    @property
+    def _checks_precision(self) -> bool:
+        """Half precision on a GPU is checked against fp32 when GPEN loads."""
+        return self.device.type == "cuda" and self.precision != "fp32"
+
+    @torch.no_grad()
+    def _check_precision(self, restored: torch.Tensor, face: torch.Tensor) -> None:
+        """GPEN's output for the shipped ``face`` against fp32's on this checkpoint; the fp32 model
+        runs PyTorch's operations, which need no Triton kernel compiled for one call."""
+        exact = self._build("fp32", eager=False)
+        difference = relative_difference(restored, exact(face))
         del exact
         if difference > TOLERANCE:
             self._fall_back(f"GPEN in {self.precision} differs from fp32 by {difference:.1%} on this checkpoint's "
                             f"test face (more than {TOLERANCE:.0%})", "GPEN runs in fp32 instead, slower")
 
-    def _check_and_warm_up(self) -> None:
+    @torch.no_grad()
+    def _warm_up_eager(self) -> None:
+        """The warm-up batch, its first face the shipped one, checked against fp32 (in half
+        precision): one call makes the choices for the batch shape and gives the check its face."""
         try:
-            self._check_precision()
-            self._warm_up()
+            batch = torch.zeros(self.face_batch, 3, self.crop_size, self.crop_size, device=self.device)
+            if self._checks_precision:
+                batch[:1] = reference_face(self.crop_size, self.device)
+            restored = self.model(batch)
+            if self._checks_precision:
+                self._check_precision(restored[:1], batch[:1])
         except BaseException as exc:  # raised by the first restoration, in the thread that restores
             self._warm_up_failure = exc
 
