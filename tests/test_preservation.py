@@ -43,6 +43,18 @@ def _warnings(run: subprocess.CompletedProcess) -> list[str]:
             and not line.startswith(_NVIDIA_LINES)]
 
 
+def named_then_refused(small_gpen: Path, src: Path, out: Path, message: str, *args) -> None:
+    """Restoring ``src`` into ``out`` succeeds with ``message`` as its one warning; the same run with
+    --strict is refused with it, and writes nothing."""
+    run = gpen_video(small_gpen, src, out, *args)
+    assert run.returncode == 0, run.stderr
+    assert _warnings(run) == [f"gpen-video: {message}"]
+    refused = out.with_name(f"strict{out.suffix}")
+    strict = gpen_video(small_gpen, src, refused, *args, "--strict")
+    assert strict.returncode == 1 and strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
+    assert not refused.exists()
+
+
 def _streams(path: Path) -> list[tuple]:
     """Each stream's type, disposition flags, language and title."""
     with av.open(str(path)) as container:
@@ -159,16 +171,10 @@ def test_an_apple_metadata_track_is_named_by_its_sample_entry_and_refused_under_
     src = tmp_path / "in.mov"
     src.write_bytes(gopro.replace(entry, b"\x00\x00\x00\x14mebx"))
     out = tmp_path / "out.mov"
-    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
-    assert run.returncode == 0, run.stderr
-    message = ("data stream #2 (mebx: Apple timed metadata) is left out: of the data tracks, gpen-video keeps "
-               "timecode and GoPro telemetry (gpmd) only")
-    assert _warnings(run) == [f"gpen-video: {message}"]
+    named_then_refused(small_gpen, src, out, "data stream #2 (mebx: Apple timed metadata) is left out: of the data "
+                       "tracks, gpen-video keeps timecode and GoPro telemetry (gpmd) only", "--preset", "ultrafast")
     with av.open(str(out)) as container:
         assert [s.type for s in container.streams] == ["video", "audio"]
-    strict = gpen_video(small_gpen, src, tmp_path / "strict.mov", "--strict")
-    assert strict.returncode == 1 and strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
-    assert not (tmp_path / "strict.mov").exists()
 
 
 @pytest.mark.parametrize(("ext", "how"), [(".mp4", "stream"), (".mkv", "attachment")])

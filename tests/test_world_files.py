@@ -24,7 +24,7 @@ from gpen_video.media.decoders import CpuDecoder
 from . import corpus
 from . import made_by_tools as tools
 from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region
-from .test_preservation import ON_GPU, _packets, _warnings, gpen_video
+from .test_preservation import ON_GPU, _packets, _warnings, gpen_video, named_then_refused
 
 #: Each encoder the tool may pick, with a picture it encodes: size, pixel format, options.
 _ENCODERS = {"h264": ("libx264", (256, 256), "yuv420p", {}),
@@ -103,17 +103,9 @@ def test_a53_captions_stay_on_every_frame_in_order(small_gpen, tmp_path):
 
 
 def test_captions_an_encoder_cannot_carry_are_named_and_refused_under_strict(small_gpen, tmp_path):
-    src = tools.captioned_h264(tmp_path / "in.mp4")
-    out = tmp_path / "out.mov"
-    run = gpen_video(small_gpen, src, out, "--codec", "prores_ks")
-    assert run.returncode == 0, run.stderr
-    message = ("the closed captions in the input's video are left out: prores_ks cannot carry them "
-               "(h264_nvenc, hevc_nvenc, libx264, libx265, mpeg2video can)")
-    assert _warnings(run) == [f"gpen-video: {message}"]
-    strict = gpen_video(small_gpen, src, tmp_path / "strict.mov", "--codec", "prores_ks", "--strict")
-    assert strict.returncode == 1
-    assert strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
-    assert not (tmp_path / "strict.mov").exists()
+    named_then_refused(small_gpen, tools.captioned_h264(tmp_path / "in.mp4"), tmp_path / "out.mov",
+                       "the closed captions in the input's video are left out: prores_ks cannot carry them "
+                       "(h264_nvenc, hevc_nvenc, libx264, libx265, mpeg2video can)", "--codec", "prores_ks")
 
 
 def test_active_format_description_is_named_as_left_out_and_refused_under_strict(small_gpen, tmp_path):
@@ -123,16 +115,9 @@ def test_active_format_description_is_named_as_left_out_and_refused_under_strict
         afd = [frame.side_data.get(av.sidedata.sidedata.Type.AFD) for frame in container.decode(video=0)]
     assert len(afd) == 30 and all(a is not None and bytes(a)[0] == tools.AFD_CODE for a in afd)
     out = tmp_path / "out.mp4"
-    run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
-    assert run.returncode == 0, run.stderr
-    message = ("the active format description (AFD) on the input's frames is left out: libx264 cannot write it "
-               "(no FFmpeg encoder can)")
-    assert _warnings(run) == [f"gpen-video: {message}"]
+    named_then_refused(small_gpen, src, out, "the active format description (AFD) on the input's frames is left "
+                       "out: libx264 cannot write it (no FFmpeg encoder can)", "--preset", "ultrafast")
     assert len(tools.video_frames(out, "pts")) == 30
-    strict = gpen_video(small_gpen, src, tmp_path / "strict.mp4", "--strict")
-    assert strict.returncode == 1
-    assert strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
-    assert not (tmp_path / "strict.mp4").exists()
 
 
 def test_broadcast_mpeg2_keeps_codec_chroma_fields_and_captions(small_gpen, tmp_path):
@@ -260,13 +245,10 @@ def test_a_stereo_layout_mp4_cannot_state_is_named_and_refused_under_strict(smal
     src = tools.spherical_mkv(tmp_path / "in.mkv", stereo_mode=2)  # top-bottom, the right eye first
     _restored(small_gpen, src, tmp_path / "out.mkv", "--preset", "ultrafast")
     assert _sorted_spatial(tmp_path / "out.mkv") == _sorted_spatial(src)
-    message = ("the 360° and stereo 3D metadata is left out: gpen-video keeps it between .mp4, .mov, .mkv and "
-               ".webm files (MP4 and MOV hold no stereo layout but top-bottom and side by side)")
-    run = gpen_video(small_gpen, src, tmp_path / "out.mp4", "--preset", "ultrafast")
-    assert run.returncode == 0 and _warnings(run) == [f"gpen-video: {message}"]
+    named_then_refused(small_gpen, src, tmp_path / "out.mp4", "the 360° and stereo 3D metadata is left out: "
+                       "gpen-video keeps it between .mp4, .mov, .mkv and .webm files (MP4 and MOV hold no stereo "
+                       "layout but top-bottom and side by side)", "--preset", "ultrafast")
     assert _spatial(tmp_path / "out.mp4") == []
-    strict = gpen_video(small_gpen, src, tmp_path / "strict.mp4", "--strict")
-    assert strict.returncode == 1 and strict.stderr.strip() == f"gpen-video: error: {message} (refused: --strict)"
 
 
 def _sorted_spatial(path: Path) -> list[dict]:
