@@ -256,8 +256,12 @@ def test_a_cut_file_is_refused_unless_allowed_and_then_every_whole_frame_is_rest
     run = _run(src, out, "--codec", "ffv1", weights=small_gpen)
     assert run.returncode == 1
     lines = [line for line in run.stderr.splitlines() if line.startswith("gpen-video:")]  # past the progress bar
-    assert len(lines) == 1 and lines[0].startswith(f"gpen-video: error: {src} is truncated: "), run.stderr
-    assert lines[0].endswith("; pass --allow-truncated to restore what is there")
+    # The camera wrote a SMPTE timecode on each frame (H.264 picture timing), which FFV1 cannot carry:
+    # named where the output is begun before the cut is found (Matroska keeps no index to tell it).
+    timecode = "gpen-video: the SMPTE timecode on the input's frames is left out: ffv1 cannot write it (hevc_nvenc can)"
+    assert lines[:-1] == ([timecode] if kind == "mkv" else []), run.stderr
+    assert lines[-1].startswith(f"gpen-video: error: {src} is truncated: "), run.stderr
+    assert lines[-1].endswith("; pass --allow-truncated to restore what is there")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([whole.name, src.name])
     allowed = _run(src, out, "--codec", "ffv1", "--allow-truncated", weights=small_gpen)
     assert allowed.returncode == 0, allowed.stderr
