@@ -15,7 +15,9 @@ import torch
 
 from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms
 from gpen_video.faces.detect import FaceDetector
-from gpen_video.media.source import SourceFrame, demux, open_input, probe
+from gpen_video.media.demux import demux
+from gpen_video.media.frames import SourceFrame
+from gpen_video.media.probe import open_input, probe
 from gpen_video.media.writer import VideoWriter
 from gpen_video.model import GPEN
 from gpen_video.model.weights import load_gpen_weights

@@ -35,7 +35,9 @@ from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
 from gpen_video.media.colour import frame_planes, planes_to_frame
-from gpen_video.media.source import SourceFrame, demux, open_input, probe
+from gpen_video.media.demux import demux
+from gpen_video.media.frames import SourceFrame
+from gpen_video.media.probe import open_input, probe
 from gpen_video.media.writer import VideoWriter
 from gpen_video.options import RestoreOptions
 from gpen_video.worker.device import stage_planes

@@ -21,7 +21,7 @@ from pipeline_bench import build_clip
 from gpen_video.faces.align import similarity_transforms, warp_faces
 from gpen_video.faces.detect import box_size
 from gpen_video.faces.track import track_faces
-from gpen_video.media.source import read_frames
+from gpen_video.media.demux import read_frames
 from gpen_video.model.weights import load_gpen_weights
 from gpen_video.options import RestoreOptions
 from gpen_video.worker.device import DeviceWorker

@@ -22,7 +22,7 @@ from gpen_video.media.decoders import (
     picture_template,
     stream_refusal,
 )
-from gpen_video.media.source import probe
+from gpen_video.media.probe import probe
 from gpen_video.options import UsageError
 
 from . import corpus

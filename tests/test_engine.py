@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpen_video.media.source import InputError
+from gpen_video.errors import InputError
 from gpen_video.options import BatchOptions, JobOptions, RestoreOptions
 from gpen_video.pipeline.batch import restore_many
 from gpen_video.pipeline.engine import Engine

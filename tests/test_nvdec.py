@@ -14,7 +14,8 @@ import torch
 
 from gpen_video.media.colour import frame_planes
 from gpen_video.media.decoders import choose_decoder, nvdec_module
-from gpen_video.media.source import demux, probe
+from gpen_video.media.demux import demux
+from gpen_video.media.probe import probe
 
 from . import corpus
 from .conftest import SMALL_GPEN_SIZE, assert_same_restoration, shared_file

@@ -58,7 +58,7 @@ def _rotation(path: Path) -> int:
 
 
 def _decoded_rgb(path: Path, limit: int) -> list[np.ndarray]:
-    from gpen_video.media.source import read_frames
+    from gpen_video.media.demux import read_frames
 
     return [f.rgb() for f in read_frames(path, limit=limit)]
 

@@ -18,7 +18,7 @@ import torch
 from gpen_video.api import restore_video
 from gpen_video.faces.detect import box_size
 from gpen_video.media.colour import frame_planes, packed_to_frame, unpack_planes
-from gpen_video.media.source import read_frames
+from gpen_video.media.demux import read_frames
 from gpen_video.model.weights import load_gpen_weights
 from gpen_video.options import RestoreOptions
 from gpen_video.pipeline.job import _restore_cut, frames_in_flight, frames_per_batch

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from gpen_video.media.colour import display_matrix, frame_planes
+from gpen_video.media.demux import read_frames
 from gpen_video.media.hdr import HdrMetadata
-from gpen_video.media.source import read_frames
 
 from . import corpus
 from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region, plane_region, shared_file

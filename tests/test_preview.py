@@ -11,8 +11,10 @@ import cv2
 import numpy as np
 import pytest
 
+from gpen_video.media.demux import read_frames
+from gpen_video.media.probe import probe
+from gpen_video.media.seek import frames_at
 from gpen_video.media.sheet import _CAPTION, _GAP
-from gpen_video.media.source import frames_at, probe, read_frames
 from gpen_video.pipeline.engine import preview_times
 
 from . import corpus

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gpen_video.media.colour import frame_planes
+from gpen_video.media.demux import SeekPoint, demux
 from gpen_video.media.segments import plan_segments
-from gpen_video.media.source import SeekPoint, demux
 
 from .conftest import shared_file
 

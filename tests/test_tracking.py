@@ -20,7 +20,7 @@ from gpen_video.faces.track import (
     thumbnail_means,
     track_faces,
 )
-from gpen_video.media.source import read_frames
+from gpen_video.media.demux import read_frames
 
 from .conftest import read_rgb, shared_file
 

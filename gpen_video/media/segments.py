@@ -20,7 +20,9 @@ from pathlib import Path
 
 import av
 
-from .source import SeekPoint, SourceFrame, open_input, video_stream
+from .demux import SeekPoint
+from .frames import SourceFrame
+from .probe import open_input, video_stream
 from .writer import OutputError, VideoWriter
 
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size

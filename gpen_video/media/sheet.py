@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 
 from .colour import to_rgb
-from .source import SourceFrame
+from .frames import SourceFrame
 
 if TYPE_CHECKING:
     from ..faces.track import TrackedFrame

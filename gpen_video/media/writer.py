@@ -19,11 +19,12 @@ from .containers import CONTAINERS, ContainerRules
 from .fields import FieldStamp, reformat_fields
 from .fields import encoder_params as interlaced_params
 from .formats import choose_encoder, pick_pix_fmt
+from .frames import SourceFrame
 from .hdr import PARAMS_OPTION
 from .isobmff import BoxError, Track, add_sample_entry_boxes
 from .matroska import MatroskaError, add_display_size, add_hdr_metadata, add_video_elements, read_video_elements
 from .outputs import OutputClaim, partial_path, remove_stale_partials
-from .source import SourceFrame, VideoInfo, video_stream
+from .probe import VideoInfo, video_stream
 from .spatial import SpatialLayout
 from .streams import CompanionStreams, mp4_tracks
 

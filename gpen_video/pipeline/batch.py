@@ -21,7 +21,7 @@ from tqdm import tqdm
 from ..errors import error_line
 from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
-from ..media.source import probe
+from ..media.probe import probe
 from ..options import BatchOptions, JobOptions, UsageError
 from .engine import FrameCallback, Summary
 

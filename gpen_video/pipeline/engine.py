@@ -20,27 +20,21 @@ from pathlib import Path
 import av
 from tqdm import tqdm
 
+from ..errors import InputError
 from ..faces.detect import detector_weights
 from ..faces.select import KnownTracks, TrackSurvey, describe_tracks
 from ..faces.track import FaceTracker
 from ..faces.tracks_file import TracksWriter
 from ..media.containers import CONTAINERS
 from ..media.decoders import DecoderChoice, choose_decoder
+from ..media.demux import DecodeReport, demux
 from ..media.fields import FieldOrder
+from ..media.frames import SourceFrame
 from ..media.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
+from ..media.probe import VideoInfo, open_input, probe
+from ..media.seek import SeekReport, frames_at
 from ..media.segments import SegmentedWriter, SegmentStore, SegmentUnit, work_dir_for
 from ..media.sheet import PanelCapture, contact_sheet
-from ..media.source import (
-    DecodeReport,
-    InputError,
-    SeekReport,
-    SourceFrame,
-    VideoInfo,
-    demux,
-    frames_at,
-    open_input,
-    probe,
-)
 from ..media.writer import VideoWriter
 from ..model.weights import load_gpen_weights
 from ..options import JobOptions, RestoreOptions, UsageError

@@ -27,9 +27,9 @@ import av
 
 from ..faces.track import FaceTracker, TrackedFrame
 from ..media.fields import FieldOrder, weave
+from ..media.frames import SourceFrame, split_fields
 from ..media.images import ImageWriter
 from ..media.segments import SegmentedWriter
-from ..media.source import SourceFrame, split_fields
 from ..media.writer import VideoWriter
 from ..worker.messages import (
     DecodingDone,
@@ -66,7 +66,7 @@ def woven_frame(fields: list[ToEncode]) -> ToEncode:
 
 
 #: Where pictures come from: given the streams the writer takes, a generator of decoded pictures
-#: and those streams' packets, in file order (media.source.demux; a photo; later a GPU decoder).
+#: and those streams' packets, in file order (media.demux.demux; a photo; later a GPU decoder).
 #: The decode thread closes it, however the run ends.
 FrameSource = Callable[[set[int]], Generator[SourceFrame | av.Packet, None, None]]
 

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from ..media.source import SourceFrame
+from ..media.frames import SourceFrame
 from ..transfer import Pending
 from ..worker.messages import DetectBatch, Detected, RestoreBatch, Restored, ToEncode, Worker
 

@@ -23,7 +23,7 @@ import torch
 from ..faces.detect import Face, FaceDetector
 from ..faces.track import gray_thumbnails, thumbnail_means
 from ..media.colour import pack_planes, packed_size, packed_to_frame, unpack_planes
-from ..media.source import SourceFrame
+from ..media.frames import SourceFrame
 from ..options import RestoreOptions
 from ..transfer import Pending, to_device, to_host
 from .messages import FaceSpec, Restored

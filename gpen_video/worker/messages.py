@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import av
 
     from ..faces.track import TrackedFrame
-    from ..media.source import SourceFrame
+    from ..media.frames import SourceFrame
     from ..transfer import Pending
 
 

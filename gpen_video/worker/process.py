@@ -33,7 +33,7 @@ import torch
 from ..errors import error_line
 from ..faces.detect import Face
 from ..media.colour import PlaneLayout, packed_to_frame
-from ..media.source import SourceFrame
+from ..media.frames import SourceFrame
 from ..options import RestoreOptions
 from ..transfer import Pending
 from .device import DeviceWorker
