@@ -98,7 +98,7 @@ def detector_ms(name: str, device: str, batch: int, repeats: int) -> float:
     """The detector's network alone on ``batch`` frames at 1080p's detection size, ms per frame."""
     from facexlib.detection.retinaface import RetinaFace
 
-    from gpen_video.faces.detect import DETECTORS
+    from gpen_video.faces.choices import DETECTORS
 
     torch.manual_seed(0)
     net = RetinaFace(network_name=DETECTORS[name][0], device=torch.device("cpu")).eval().to(device)

@@ -20,9 +20,10 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpen_video.model import GPEN, GPENConfig, build_inference_model
-from gpen_video.model.fast import BLUR_MODES
+from gpen_video.model.config import GPENConfig
+from gpen_video.model.fast import BLUR_MODES, build_inference_model
 from gpen_video.model.graphs import GraphedModel
+from gpen_video.model.reference import GPEN
 
 
 @dataclass

@@ -19,7 +19,7 @@ from gpen_video.media.demux import demux
 from gpen_video.media.frames import SourceFrame
 from gpen_video.media.probe import open_input, probe
 from gpen_video.media.writer import VideoWriter
-from gpen_video.model import GPEN
+from gpen_video.model.reference import GPEN
 from gpen_video.model.weights import load_gpen_weights
 from gpen_video.options import RestoreOptions
 from gpen_video.worker.compose import SMALL_FACE, face_mask

@@ -10,8 +10,9 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from gpen_video.model import GPEN, build_inference_model
-from gpen_video.model.fast import BLUR_MODES, PRECISIONS
+from gpen_video.model.choices import PRECISIONS
+from gpen_video.model.fast import BLUR_MODES, build_inference_model
+from gpen_video.model.reference import GPEN
 
 
 def main() -> None:

@@ -53,7 +53,7 @@ import gpen_video.pipeline.engine
 mark("import gpen_video.pipeline.engine")
 torch.zeros(1, device=device)
 mark("device ready")
-from gpen_video.model import build_inference_model
+from gpen_video.model.fast import build_inference_model
 from gpen_video.model.weights import check_layout, infer_config, read_state_dict
 state_dict = read_state_dict(sys.argv[2])
 mark("checkpoint read")

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .errors import error_line
+from .options import BatchOptions, JobOptions, RestoreOptions, UsageError, flag_of, value_type
 
 STARTED = time.perf_counter()  # start-up is reported from here: the heavy imports come later, in functions
 
 if TYPE_CHECKING:
-    from .options import BatchOptions, JobOptions, RestoreOptions
     from .pipeline.batch import BatchEngine, JobResult
 
 EXAMPLES = """examples:
@@ -58,8 +59,6 @@ _METAVARS = {Path: "PATH", int: "N", float: "X", str: "NAME"}
 
 def _add_fields(parser: argparse.ArgumentParser, groups: dict[str, argparse._ArgumentGroup], owner: type) -> None:
     """One flag per field of ``owner`` (options.py), with its help, type, choices and default."""
-    from .options import flag_of, value_type
-
     for spec in dataclasses.fields(owner):
         meta = spec.metadata
         group = groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
@@ -77,10 +76,6 @@ def _add_fields(parser: argparse.ArgumentParser, groups: dict[str, argparse._Arg
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # Imported here, not at the top: they bring in torch, and a Ctrl-C during those seconds must
-    # already find main's handler in place.
-    from .options import BatchOptions, JobOptions, RestoreOptions
-
     p = argparse.ArgumentParser(
         prog="gpen-video", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
@@ -100,8 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options_of(args: argparse.Namespace) -> tuple[RestoreOptions, JobOptions, BatchOptions]:
     """The options the parsed flags set, checked (a bad value is a UsageError)."""
-    from .options import BatchOptions, JobOptions, RestoreOptions
-
     return tuple(owner(**{f.name: getattr(args, f.name) for f in dataclasses.fields(owner)})
                  for owner in (RestoreOptions, JobOptions, BatchOptions))
 
@@ -128,18 +121,16 @@ def _main(argv: list[str] | None) -> int:
     if len(args.paths) < 2 and not args.detect_only:
         parser.error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
     try:
+        options, job, batch = options_of(args)  # checked before the heavy imports: a usage error answers at once
+        if batch.ray is not None and (args.detect_only or job.preview is not None):
+            raise UsageError("--ray restores files into an OUTDIR; --detect-only and --preview run here")
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         from .pipeline.engine import Engine
 
         signal.signal(signal.SIGINT, _interrupt)
         signal.signal(signal.SIGTERM, _interrupt)  # a job killed politely cleans up like Ctrl-C
-        options, job, batch = options_of(args)
         if batch.ray is not None:
-            from .options import UsageError
-
-            if args.detect_only or job.preview is not None:
-                raise UsageError("--ray restores files into an OUTDIR; --detect-only and --preview run here")
             from .pipeline.cluster import ClusterEngine
 
             with logging_redirect_tqdm(), ClusterEngine(options, batch.ray, batch.ray_actors, batch.jobs) as cluster:
@@ -164,8 +155,6 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        from .errors import error_line
-
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
         return 1
     if not args.quiet:
@@ -181,7 +170,6 @@ def _run_batch(engine: BatchEngine, args: argparse.Namespace, job: JobOptions, b
 
     from .media.containers import CONTAINERS
     from .media.images import IMAGE_EXTENSIONS
-    from .options import UsageError
     from .pipeline.batch import restore_many
 
     *inputs, output_dir = args.paths

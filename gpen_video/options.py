@@ -17,11 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .faces.detect import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
-from .faces.select import FACE_CHOICES
-from .faces.track import DEFAULT_SMOOTH
-from .model.fast import PRECISIONS
-from .model.weights import DEFAULT_MODEL, OFFICIAL_MODELS
+from .faces.choices import DEFAULT_DETECTOR, DEFAULT_SMOOTH, DEFAULT_THRESHOLD, DETECTORS, FACE_CHOICES
+from .model.choices import DEFAULT_MODEL, OFFICIAL_MODELS, PRECISIONS
 
 #: Frames per --resume segment: about a minute at 25 fps, so a crash loses at most that much work.
 SEGMENT_FRAMES = 1500

@@ -10,8 +10,9 @@ import sys
 import pytest
 import torch
 
-from gpen_video.model import GPEN, GPENConfig, build_inference_model
-from gpen_video.model.fast import BLUR_MODES, KERNELS
+from gpen_video.model.config import GPENConfig
+from gpen_video.model.fast import BLUR_MODES, KERNELS, build_inference_model
+from gpen_video.model.reference import GPEN
 
 from .conftest import requires_cuda, shared_file
 
@@ -100,7 +101,7 @@ def test_matches_reference_on_gpu(golden, wide_model, precision, blur, kernels, 
 # when Triton is imported, so these run in a process of their own.
 _INTERPRETED = """
 import sys, torch
-from gpen_video.model import build_inference_model
+from gpen_video.model.fast import build_inference_model
 golden = torch.load(sys.argv[1], weights_only=True)
 for precision, blur, faces in (("fp32", "fold", 3), ("fp16", "fold", 3), ("fp32", "separable", 1)):
     model = build_inference_model(golden["state_dict"], precision=precision, blur=blur, kernels="triton")

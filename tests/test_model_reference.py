@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpen_video.model import GPEN
-from gpen_video.model.weights import OFFICIAL_MODELS
+from gpen_video.model.choices import OFFICIAL_MODELS
+from gpen_video.model.reference import GPEN
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:

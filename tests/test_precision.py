@@ -11,7 +11,7 @@ import av
 import pytest
 import torch
 
-from gpen_video.model import build_inference_model
+from gpen_video.model.fast import build_inference_model
 from gpen_video.model.precision import TOLERANCE, reference_face, relative_difference
 
 from . import made_by_tools as tools

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpen_video.model import GPENConfig
+from gpen_video.model.choices import OFFICIAL_MODELS, OfficialModel
+from gpen_video.model.config import GPENConfig
 from gpen_video.model.weights import (
     LICENCE_NOTICE,
-    OFFICIAL_MODELS,
-    OfficialModel,
     WeightsError,
     check_layout,
     download,

@@ -16,17 +16,8 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 from ..model.graphs import GraphedModel, padded
 from ..model.weights import WeightsError, helper_weights
 from ..transfer import Pending, to_device, to_host
+from .choices import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
 
-#: Detector name -> (facexlib network name, official facexlib download URL).
-DETECTORS = {
-    "retinaface-r50": ("resnet50",
-                       "https://github.com/xinntao/facexlib/releases/download/v0.1.0/detection_Resnet50_Final.pth"),
-    "retinaface-mobile": ("mobile0.25",
-                          "https://github.com/xinntao/facexlib/releases/download/v0.1.0/"
-                          "detection_mobilenet0.25_Final.pth"),
-}
-DEFAULT_DETECTOR = "retinaface-r50"
-DEFAULT_THRESHOLD = 0.9  # the official GPEN's detection confidence
 _BGR_MEAN = (104.0, 117.0, 123.0)  # RetinaFace was trained on mean-subtracted BGR
 #: Pixels (at the detection size) the network sees in one call on a CPU: larger calls allocate
 #: activations glibc maps fresh each time, and their page faults cost more than batching saves

@@ -18,8 +18,6 @@ import numpy as np
 from .detect import box_size
 from .track import TrackedFace, TrackedFrame
 
-FACE_CHOICES = ("all", "largest", "center")
-
 
 def _area(face: TrackedFace) -> float:
     x0, y0, x1, y1 = face.box

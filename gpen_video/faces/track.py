@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .choices import DEFAULT_SMOOTH
 from .detect import Face
 from .smooth import gaussian_weights, local_linear, window_radius
 
@@ -158,10 +159,6 @@ class _PendingFrame:
     time: float
     clock: float
     faces: list[tuple[_Track, TrackedFace]] = field(default_factory=list)
-
-
-#: The smoother's default sigma, in frames (why 1.0: :class:`FaceTracker`).
-DEFAULT_SMOOTH = 1.0
 
 
 class FaceTracker:

@@ -1,7 +1,2 @@
-"""GPEN: the reference module that loads official checkpoints, and the fast inference build of it."""
-
-from .config import GPENConfig
-from .fast import PRECISIONS, FastGPEN, build_inference_model
-from .reference import GPEN
-
-__all__ = ["GPEN", "GPENConfig", "FastGPEN", "PRECISIONS", "build_inference_model"]
+"""GPEN: the reference module that loads official checkpoints (reference.py), the fast inference
+build of it (fast.py), and the checkpoints one can choose (choices.py)."""

@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .choices import PRECISIONS
 from .config import BLUR_TAPS, MAPPING_LR_MUL, GPENConfig
 from .fir import blur_kernel
 
-PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 BLUR_MODES = ("fold", "separable")
 #: How the elementwise work runs: PyTorch's operations (which torch.compile fuses), or one Triton
 #: kernel per layer (model.kernels: GPUs, eager).
@@ -257,5 +257,5 @@ def build_inference_model(state_dict: Mapping[str, torch.Tensor], device: str | 
         from .weights import infer_config
 
         config = infer_config(state_dict)
-    model = FastGPEN(state_dict, config, PRECISIONS[precision], blur, kernels)
+    model = FastGPEN(state_dict, config, getattr(torch, PRECISIONS[precision]), blur, kernels)
     return model.to(device).eval().requires_grad_(False)

@@ -1,4 +1,4 @@
-"""GPEN checkpoints: the official registry, the download cache, and strict loading of any GPEN state dict."""
+"""GPEN checkpoints: the download cache and strict loading of any GPEN state dict."""
 
 from __future__ import annotations
 
@@ -10,49 +10,20 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from .choices import DEFAULT_MODEL, OFFICIAL_MODELS, OfficialModel
 from .config import GPENConfig
 from .reference import GPEN
 
 log = logging.getLogger(__name__)
-_MODELSCOPE = ("https://www.modelscope.cn/api/v1/models/damo/cv_gpen_image-portrait-enhancement-hires/"
-               "repo?Revision=master&FilePath=")
-_VIGEN = "https://public-vigen-video.oss-cn-shanghai.aliyuncs.com/robin/models/"
-
-
 class WeightsError(RuntimeError):
     """A checkpoint is missing, cannot be downloaded, or is not a GPEN generator. The message is one line."""
 
 
-@dataclass(frozen=True)
-class OfficialModel:
-    name: str
-    config: GPENConfig
-    url: str
-    filename: str
-    #: Size of ``torch.save`` of the state dict; the official files match it to within a few kB.
-    approx_bytes: int
-
-
-OFFICIAL_MODELS: dict[str, OfficialModel] = {
-    m.name: m
-    for m in (
-        OfficialModel("GPEN-BFR-256", GPENConfig(256, channel_multiplier=1, narrow=0.5),
-                      _VIGEN + "GPEN-BFR-256.pth", "GPEN-BFR-256.pth", 75_568_031),
-        OfficialModel("GPEN-BFR-512", GPENConfig(512, channel_multiplier=2, narrow=1.0),
-                      _VIGEN + "GPEN-BFR-512.pth", "GPEN-BFR-512.pth", 284_079_929),
-        OfficialModel("GPEN-BFR-1024", GPENConfig(1024, channel_multiplier=2, narrow=1.0),
-                      _MODELSCOPE + "pytorch_model.pt", "GPEN-BFR-1024.pt", 284_900_000),
-        OfficialModel("GPEN-BFR-2048", GPENConfig(2048, channel_multiplier=2, narrow=1.0),
-                      _MODELSCOPE + "pytorch_model-2048.pt", "GPEN-BFR-2048.pt", 285_240_000),
-    )
-}
-DEFAULT_MODEL = "GPEN-BFR-512"
 #: Said once, as the official weights download: the terms are their authors', not this tool's.
 LICENCE_NOTICE = ("{name}: GPEN's authors release their models \"for academic and non-commercial use only\" "
                   "(the licence of github.com/yangxy/GPEN); for other use, pass --weights with GPEN-architecture "

@@ -15,7 +15,7 @@ import torch
 
 from ..faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from ..faces.parse import FaceParser, MaskSmoother
-from ..model import build_inference_model
+from ..model.fast import build_inference_model
 from ..model.graphs import GraphedModel, padded
 from ..model.precision import TOLERANCE, PrecisionError, finite_faces, reference_face, relative_difference
 from ..model.weights import cache_dir
