@@ -81,3 +81,16 @@ def test_a_gpu_checks_half_precision_against_fp32_when_it_loads_gpen(overflowing
     strict = gpen_video(overflowing_gpen, src, tmp_path / "strict.mp4", "--strict", device="cuda")
     assert strict.returncode == 1 and "(refused: --strict)" in strict.stderr, strict.stderr
     assert not (tmp_path / "strict.mp4").exists()
+
+
+@requires_cuda
+@pytest.mark.gpu
+def test_only_half_precision_on_a_gpu_is_checked_against_fp32(golden):
+    from gpen_video.options import RestoreOptions
+    from gpen_video.worker.restorer import FaceRestorer
+
+    for precision, checked in (("fp32", False), ("fp16", True), ("bf16", True)):
+        restorer = FaceRestorer(golden["state_dict"], RestoreOptions(precision=precision), torch.device("cuda"),
+                                compiled=False)
+        restorer.close()
+        assert restorer._checks_precision is checked, precision

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import PrecisionError
 from ..faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from ..faces.parse import FaceParser, MaskSmoother
 from ..model.fast import build_inference_model
 from ..model.graphs import GraphedModel, padded
-from ..model.precision import TOLERANCE, PrecisionError, finite_faces, reference_face, relative_difference
+from ..model.precision import TOLERANCE, finite_faces, reference_face, relative_difference
 from ..model.weights import cache_dir
 from ..options import RestoreOptions
 from .compose import Compositor
@@ -93,7 +94,6 @@ class FaceRestorer:
         kernels = "triton" if self.device.type == "cuda" and eager else "torch"
         return build_inference_model(self._state_dict, device=self.device, precision=precision, kernels=kernels)
 
-    @torch.no_grad()
     @property
     def _checks_precision(self) -> bool:
         """Half precision on a GPU is checked against fp32 when GPEN loads."""
