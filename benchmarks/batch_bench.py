@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="CPU, three small clips of half a second")
     args = ap.parse_args()
     if args.smoke:
-        args.clips, args.seconds, args.separate = 3, 0.5, 2
+        args.clips, args.seconds, args.separate = 3, 0.5, 1
     size = (320, 320) if args.smoke else tuple(int(v) for v in args.size.split("x"))
     flags = [*cli_flags(args.weights, args.detector_weights, args.smoke), "--quiet"]
     rows: dict[str, object] = {"clips": args.clips, "seconds_each": args.seconds, "size": args.size}

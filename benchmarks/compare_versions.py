@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline_bench import SHARED, build_clip
+from pipeline_bench import SHARED, build_clip, hd_size
 
 NEW = Path(__file__).resolve().parents[1]
 #: One run, in a child whose working directory is the version's root, so its gpen_video comes first.
@@ -105,7 +105,7 @@ def main() -> None:
         for name in args.clips:
             sample, preset = CLIPS[name]
             clips = {length: build_clip(SHARED / sample, Path(tmp) / f"{name}-{length}.mp4", seconds,
-                                        None if args.smoke else (1920, 1080))
+                                        hd_size(args.smoke))
                      for length, seconds in lengths.items()}
             options = {**device, "weights": str(Path(args.weights).resolve()), "detector": "retinaface-mobile",
                        "detector_weights": str(Path(args.detector_weights).resolve()), "preset": preset,

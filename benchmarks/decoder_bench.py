@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from pipeline_bench import SHARED, build_clip, encode_only_fps, transcode_fps
+from pipeline_bench import SHARED, build_clip, encode_only_fps, hd_size, transcode_fps
 from thread_cpu import ThreadCPU
 
 from gpen_video.api import restore_video
@@ -145,7 +145,7 @@ def main() -> None:
         clips = {"one_face": (build_clip(talking, tmp_path / "one.mp4", seconds[0], size), args.preset),
                  "one_face_4k": (build_clip(talking, tmp_path / "uhd.mp4", seconds[1], uhd), args.preset),
                  "crowd": (build_clip(SHARED / "multi_face_crowd_facenet_pytorch.mp4", tmp_path / "crowd.mp4",
-                                      seconds[2], size), args.crowd_preset)}
+                                      seconds[2], hd_size(args.smoke)), args.crowd_preset)}
         for name in ("one_face", "one_face_4k"):
             for decoder in decoders:
                 rows[f"decode_only_{name}_{decoder}"] = decode_only(clips[name][0], decoder)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from pipeline_bench import build_clip
+from pipeline_bench import build_clip, hd_size
 from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -176,7 +176,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--preset", default="ultrafast")
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--smoke", action="store_true", help="CPU, a second of the clip at its own size")
+    ap.add_argument("--smoke", action="store_true", help="CPU, a second of the clip at 960x540")
     ap.add_argument("--trace", help="also write the Chrome trace (gzipped JSON) here")
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args()
@@ -187,7 +187,7 @@ def main() -> None:
                    **({"gpus": [0]} if cuda else {"device": "cpu"}))
     with tempfile.TemporaryDirectory() as tmp:
         clip = build_clip(Path(args.clip), Path(tmp) / "clip.mp4", 1.0 if args.smoke else args.seconds,
-                          None if args.smoke else (1920, 1080))
+                          hd_size(args.smoke))
         restore_video(clip, Path(tmp) / "warm.mp4", **options)
         label_steps()
         with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda,

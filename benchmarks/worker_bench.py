@@ -14,7 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from pipeline_bench import SHARED, build_clip, transcode_fps
+from pipeline_bench import SHARED, build_clip, hd_size, transcode_fps
 
 from gpen_video.api import restore_video
 from gpen_video.options import RestoreOptions
@@ -50,7 +50,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         crowd = build_clip(SHARED / "multi_face_crowd_facenet_pytorch.mp4", root / "crowd.mp4", args.crowd_seconds,
-                           (1920, 1080))
+                           hd_size(args.smoke))
         face = build_clip(SHARED / "talking_head_speech_retalking2.mp4", root / "face.mp4", args.seconds,
                           (320, 320) if args.smoke else (1920, 1080))
         rows["one_face_transcode_fps"] = round(transcode_fps(face, root / "t.mp4", RestoreOptions(preset="veryfast")),

@@ -185,10 +185,10 @@ def test_encoder_contention_smoke(tmp_path, golden):
 def test_compare_versions_smoke(tmp_path, golden):
     old = tmp_path / "old"
     old.symlink_to(ROOT)  # the version is named after the folder
-    rows = _smoke("compare_versions.py", tmp_path, golden, "--old", str(old), "--also", 'batch4={"batch_size": 4}',
-                  "--marginal", "0.5", "--clips", "crowd")  # one clip: the other differs only in its file
+    rows = _smoke("compare_versions.py", tmp_path, golden, "--old", str(old), "--marginal", "0.5",
+                  "--clips", "crowd")  # one clip: the other differs only in its file
     assert sorted((r["clip"], r["version"], r["length"]) for r in rows) == [
-        ("crowd", version, length) for version in ("batch4", "new", "old") for length in ("long", "short")]
+        ("crowd", version, length) for version in ("new", "old") for length in ("long", "short")]
     frames = {(r["version"], r["length"]): r["frames"] for r in rows}
     assert all(frames[version, "long"] > frames[version, "short"] for version, _ in frames)
     assert all(r["fps"] > 0 and r["faces_per_s"] > 2 * r["fps"] for r in rows)  # the crowd's faces were found
