@@ -14,7 +14,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from .options import BatchOptions, JobOptions, RestoreOptions, UsageError
+from .errors import UsageError
+from .options import BatchOptions, JobOptions, RestoreOptions
 from .pipeline.batch import BatchEngine, JobResult
 from .pipeline.batch import restore_many as _restore_many
 from .pipeline.engine import Engine, Summary

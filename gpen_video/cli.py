@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
-from .errors import error_line
-from .options import BatchOptions, JobOptions, RestoreOptions, UsageError, flag_of, value_type
+from .errors import GpenVideoError, UsageError, error_line
+from .options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
 
 STARTED = time.perf_counter()  # start-up is reported from here: the heavy imports come later, in functions
 
@@ -152,7 +152,7 @@ def _main(argv: list[str] | None) -> int:
         else:
             print(f"gpen-video: interrupted; nothing was written{kept}", file=sys.stderr)
         return 130
-    except Exception as exc:
+    except GpenVideoError as exc:
         if args.debug:
             raise
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)

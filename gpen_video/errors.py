@@ -1,10 +1,45 @@
-"""How an error reaches the user: as one line."""
+"""How a failed run reaches the user: every error a user can act on is a :class:`GpenVideoError`,
+whose message is one line. The CLI prints that line and exits 1; anything else is a bug in the
+tool and keeps its traceback."""
 
 from __future__ import annotations
 
 
-class InputError(RuntimeError):
-    """The input cannot be read as a video (or image). The message is one line."""
+class GpenVideoError(Exception):
+    """An error the user can act on: bad options, an unreadable input, an output that cannot be
+    written, unusable weights. Its message is one line."""
+
+
+class UsageError(GpenVideoError, ValueError):
+    """Options that cannot work together or are out of range."""
+
+
+class InputError(GpenVideoError):
+    """The input cannot be read as a video (or image)."""
+
+
+class OutputError(GpenVideoError):
+    """The output cannot be written as asked."""
+
+
+class OutputBusyError(OutputError):
+    """Another job holds this OUTPUT, or OUTPUT appeared while this job ran."""
+
+
+class WeightsError(GpenVideoError):
+    """A checkpoint is missing, cannot be downloaded, or is not the network it should be."""
+
+
+class PrecisionError(GpenVideoError):
+    """Half-precision GPEN failed a guard, and ``--strict`` refuses the slower fp32."""
+
+
+class WorkerDied(GpenVideoError):
+    """A worker process ended while it held work."""
+
+
+class WorkerFailed(GpenVideoError):
+    """A request failed inside a worker process: the error it raised there."""
 
 
 def error_line(exc: BaseException) -> str:

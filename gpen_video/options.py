@@ -17,15 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError
 from .faces.choices import DEFAULT_DETECTOR, DEFAULT_SMOOTH, DEFAULT_THRESHOLD, DETECTORS, FACE_CHOICES
 from .model.choices import DEFAULT_MODEL, OFFICIAL_MODELS, PRECISIONS
 
 #: Frames per --resume segment: about a minute at 25 fps, so a crash loses at most that much work.
 SEGMENT_FRAMES = 1500
-
-
-class UsageError(ValueError):
-    """Options that cannot work together or are out of range. The message is one line."""
 
 
 Check = Callable[[Any], str | None]  # a value -> what is wrong with it, or None

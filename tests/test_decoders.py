@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpen_video.errors import UsageError
 from gpen_video.media.colour import frame_planes
 from gpen_video.media.decoders import (
     StreamTraits,
@@ -23,7 +24,6 @@ from gpen_video.media.decoders import (
     stream_refusal,
 )
 from gpen_video.media.probe import probe
-from gpen_video.options import UsageError
 
 from . import corpus
 from .conftest import shared_file

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from gpen_video.errors import WeightsError
 from gpen_video.faces import detect as detect_module
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.faces.track import track_faces
 from gpen_video.media.demux import read_frames
-from gpen_video.model.weights import WeightsError
 
 from .conftest import read_rgb, shared_file
 

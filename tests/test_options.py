@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpen_video import api, cli
-from gpen_video.options import BatchOptions, JobOptions, RestoreOptions, UsageError, flag_of, value_type
+from gpen_video.errors import UsageError
+from gpen_video.options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
 
 #: Options the command line has for itself: they change how it reports, not what is done.
 CLI_ONLY = {"-h", "--help", "--version", "--quiet", "--debug"}

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from gpen_video.errors import WeightsError
 from gpen_video.faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from gpen_video.faces.parse import DROPPED, LABELS, PARSE_URL, FaceParser, MaskSmoother, label_mask, soften
-from gpen_video.model.weights import WeightsError
 from gpen_video.worker.compose import Compositor
 
 from . import corpus

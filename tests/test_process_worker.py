@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from gpen_video.api import restore_video
-from gpen_video.options import RestoreOptions, UsageError
+from gpen_video.errors import UsageError, WorkerDied
+from gpen_video.options import RestoreOptions
 from gpen_video.pipeline.engine import Engine
-from gpen_video.worker.process import WorkerDied
 from gpen_video.worker.shared import BLOCK_SLOTS, SharedFrames
 
 from . import corpus

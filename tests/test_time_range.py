@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpen_video.errors import UsageError
 from gpen_video.faces.track import FaceTracker
-from gpen_video.options import RestoreOptions, UsageError, parse_time
+from gpen_video.options import RestoreOptions, parse_time
 
 from . import corpus
 from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region, plane_region, shared_file

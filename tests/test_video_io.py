@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from gpen_video.errors import OutputError
 from gpen_video.media.colour import frame_planes, planes_to_frame
 from gpen_video.media.demux import demux, read_frames
 from gpen_video.media.frames import SourceFrame
 from gpen_video.media.probe import open_input, probe
-from gpen_video.media.writer import OutputError, VideoWriter
+from gpen_video.media.writer import VideoWriter
 from gpen_video.options import RestoreOptions
 
 from .conftest import write_clip

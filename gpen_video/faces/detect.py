@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
+from ..errors import WeightsError
 from ..model.graphs import GraphedModel, padded
-from ..model.weights import WeightsError, helper_weights
+from ..model.weights import helper_weights
 from ..transfer import Pending, to_device, to_host
 from .choices import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..model.weights import WeightsError, helper_weights
+from ..errors import WeightsError
+from ..model.weights import helper_weights
 
 PARSE_URL = "https://github.com/xinntao/facexlib/releases/download/v0.2.2/parsing_parsenet.pth"
 PARSE_SIZE = 512  # the network's input and output side

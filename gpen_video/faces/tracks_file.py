@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from ..errors import OutputError
 from .track import TrackedFrame
 
 
@@ -47,7 +48,10 @@ class TracksWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-        self.file = open(self.tmp, "w", encoding="utf-8")
+        try:
+            self.file = open(self.tmp, "w", encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"cannot write the tracks file {path}: {exc.strerror or exc}") from None
         self.file.write('{"frames": [')
         self.first = True
 

@@ -23,8 +23,7 @@ import av
 import numpy as np
 import torch
 
-from ..errors import error_line
-from ..options import UsageError
+from ..errors import UsageError, error_line
 from .colour import display_matrix, packed_to_frame
 
 NVDEC_EXTRA = "pip install 'gpen-video[nvdec]'"

@@ -102,7 +102,7 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
     size: tuple[int, int] | None = None
     orientation: Orientation | None = None
     last_end = 0.0  # where the latest frame's display ends, in seconds
-    for packet in container.demux(streams):
+    for packet in _packets(container, streams):
         if packet.stream.index != video.index:
             if packet.dts is not None:
                 yield packet
@@ -123,6 +123,8 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
         except av.InvalidDataError:
             failures += 1  # the frame it would have given is stood in for below
             continue
+        except av.FFmpegError as exc:  # not damage: a feature this FFmpeg cannot decode, or no memory
+            raise InputError(f"{container.name}: cannot decode frame {index}: {exc.strerror or exc}") from None
         for frame, staged, damaged in decoded:
             if start is not None and frame.pts is not None and frame.pts < start.pts:
                 if expected and expected[0] == frame.pts:
@@ -163,6 +165,20 @@ def demux(container: av.container.InputContainer, copy_streams: set[int], allow_
         log.warning("%s; every frame that decodes was restored", message)
         if report is not None:
             report.truncated = message
+
+
+def _packets(container: av.container.InputContainer, streams: list[av.stream.Stream]) -> Iterator[av.Packet]:
+    """The container's packets of ``streams``; a read that fails (an I/O error, a file gone) is an
+    :class:`InputError`, not damage to stand in for."""
+    packets = container.demux(streams)
+    while True:
+        try:
+            packet = next(packets)
+        except StopIteration:
+            return
+        except (OSError, av.FFmpegError) as exc:
+            raise InputError(f"cannot read {container.name}: {getattr(exc, 'strerror', None) or exc}") from None
+        yield packet
 
 
 def read_frames(path: str | Path, limit: int | None = None) -> Iterator[SourceFrame]:

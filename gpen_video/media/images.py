@@ -24,11 +24,10 @@ import cv2
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ..errors import InputError
+from ..errors import InputError, OutputError
 from .colour import Orientation, PlaneLayout, frame_planes, writable_planes
 from .frames import SourceFrame
 from .outputs import OutputClaim, partial_path
-from .writer import OutputError
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,7 @@ import glob
 import os
 from pathlib import Path
 
-
-class OutputBusyError(RuntimeError):
-    """Another job holds this OUTPUT, or OUTPUT appeared while this job ran. One line."""
+from ..errors import OutputBusyError
 
 
 def _partial_prefix(output: Path) -> str:

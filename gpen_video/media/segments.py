@@ -20,10 +20,11 @@ from pathlib import Path
 
 import av
 
+from ..errors import OutputError
 from .demux import SeekPoint
 from .frames import SourceFrame
 from .probe import open_input, video_stream
-from .writer import OutputError, VideoWriter
+from .writer import VideoWriter
 
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size
 _NONE = -(2**63)  # a missing timestamp

@@ -6,14 +6,17 @@ face touched are the decoded ones, so they stay bit-identical with a lossless co
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import av
 
+from ..errors import OutputError
 from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame, shown_width, writable_planes
 from .containers import CONTAINERS, ContainerRules
 from .fields import FieldStamp, reformat_fields
@@ -32,10 +35,6 @@ if TYPE_CHECKING:
     from ..options import RestoreOptions
 
 log = logging.getLogger(__name__)
-
-
-class OutputError(RuntimeError):
-    """The output cannot be written as asked. The message is one line."""
 
 
 #: Visually lossless defaults per encoder family.
@@ -60,6 +59,21 @@ _KEPT_TAGS = frozenset({"hvc1", "hev1", "avc1", "avc3"})
 #: PyAV's default, "SLICE", splits each frame across the threads instead: 1.8x slower at 1080p on
 #: 16 cores, and larger files (BENCHMARKS.md, run K).
 THREAD_TYPE = "AUTO"
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong writing, as the system says it ("No space left on device")."""
+    return getattr(exc, "strerror", None) or str(exc)
+
+
+@contextlib.contextmanager
+def _as_output_error(doing: str) -> Iterator[None]:
+    """A write that fails in FFmpeg or in the file system (a full disk, a lost mount) is an
+    :class:`OutputError` saying what was being done and why."""
+    try:
+        yield
+    except (OSError, av.FFmpegError) as exc:
+        raise OutputError(f"{doing}: {_reason(exc)}") from None
 
 
 def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, str]:
@@ -155,7 +169,7 @@ class VideoWriter:
             self.container = av.open(str(self.tmp), "w", options=_muxer_options(ext, source))
         except (OSError, av.FFmpegError) as exc:
             self.claim.release()
-            raise OutputError(f"cannot write {output}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise OutputError(f"cannot write {output}: {_reason(exc)}") from None
         try:
             self._setup(source, tracks, rules, ext)
         except BaseException:
@@ -263,7 +277,8 @@ class VideoWriter:
         """Mux video packets encoded elsewhere by a :meth:`new_encoder`, in decoding order."""
         for packet in packets:
             packet.stream = self.video
-        self._mux_video(packets)
+        with _as_output_error(f"cannot write {self.output}"):
+            self._mux_video(packets)
 
     def _warn(self, message: str) -> None:
         """Something of the input that the output cannot keep: said once, or refused with --strict."""
@@ -330,32 +345,29 @@ class VideoWriter:
     def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
         """Encode one frame: ``source`` as decoded, or the ``restored`` frame in its place."""
         frame = self.encoder_frame(source, restored)
-        try:
+        with _as_output_error(f"encoding failed at frame {source.index}"):
             self._mux_video(self.video.encode(frame))
-        except av.FFmpegError as exc:
-            raise OutputError(f"encoding failed at frame {source.index}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
         """Flush, finish the file and move it into place."""
         try:
-            self._mux_video(self.video.encode(None))
-            self._pending += self.companions.flush()
-            self._mux_pending(None)
-            self.container.close()
-            if self.info.hdr is not None:
-                self._write_hdr_header()
-            if self.spatial is not None:
-                self._write_spatial_layout()
-            if self.anamorphic and self.output.suffix.lower() in (".mkv", ".webm"):
-                self._write_display_size()
-        except av.FFmpegError as exc:
-            self.abort()
-            raise OutputError(f"cannot finish {self.output}: {exc.strerror or exc}") from None
+            with _as_output_error(f"cannot finish {self.output}"):
+                self._mux_video(self.video.encode(None))
+                self._pending += self.companions.flush()
+                self._mux_pending(None)
+                self.container.close()
+                if self.info.hdr is not None:
+                    self._write_hdr_header()
+                if self.spatial is not None:
+                    self._write_spatial_layout()
+                if self.anamorphic and self.output.suffix.lower() in (".mkv", ".webm"):
+                    self._write_display_size()
         except BaseException:
             self.abort()
             raise
         try:
-            self.claim.publish(self.tmp)
+            with _as_output_error(f"cannot move the finished file into {self.output}"):
+                self.claim.publish(self.tmp)
         finally:
             self.tmp.unlink(missing_ok=True)
 

@@ -16,11 +16,6 @@ import cv2
 import numpy as np
 import torch
 
-
-class PrecisionError(RuntimeError):
-    """Half-precision GPEN failed a guard and ``--strict`` refuses the slower fp32. One line."""
-
-
 #: The largest relative L2 difference from fp32 that a half-precision GPEN may show on the shipped
 #: face: twice what the golden-file tests hold fp16 and bf16 to.
 TOLERANCE = 0.02

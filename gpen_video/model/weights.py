@@ -15,15 +15,12 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..errors import WeightsError
 from .choices import DEFAULT_MODEL, OFFICIAL_MODELS, OfficialModel
 from .config import GPENConfig
 from .reference import GPEN
 
 log = logging.getLogger(__name__)
-class WeightsError(RuntimeError):
-    """A checkpoint is missing, cannot be downloaded, or is not a GPEN generator. The message is one line."""
-
-
 #: Said once, as the official weights download: the terms are their authors', not this tool's.
 LICENCE_NOTICE = ("{name}: GPEN's authors release their models \"for academic and non-commercial use only\" "
                   "(the licence of github.com/yangxy/GPEN); for other use, pass --weights with GPEN-architecture "

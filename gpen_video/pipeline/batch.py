@@ -18,11 +18,11 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from ..errors import error_line
+from ..errors import OutputError, UsageError, error_line
 from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.probe import probe
-from ..options import BatchOptions, JobOptions, UsageError
+from ..options import BatchOptions, JobOptions
 from .engine import FrameCallback, Summary
 
 #: Extensions taken as videos when a folder is scanned (a file named on the command line is tried
@@ -100,6 +100,14 @@ def output_name(relative: Path, template: str) -> Path:
     return relative.parent / name
 
 
+def _make_folder(folder: Path) -> None:
+    """A folder to write into, made where it is missing."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot make the folder {folder}: {exc.strerror or exc}") from None
+
+
 def restore_many(engine: BatchEngine, inputs: Sequence[Path], output_dir: Path, batch: BatchOptions,
                  job: JobOptions, progress: bool = True,
                  report: Callable[[JobResult], None] | None = None) -> list[JobResult]:
@@ -121,10 +129,10 @@ def restore_many(engine: BatchEngine, inputs: Sequence[Path], output_dir: Path, 
             frames[source] = 1 if source.suffix.lower() in IMAGE_EXTENSIONS else probe(source).frames or 0
         except Exception:
             frames[source] = 0
-    output_dir.mkdir(parents=True, exist_ok=True)
+    _make_folder(output_dir)
     engine.check([source for source, _ in jobs], output_dir)
     if job.tracks_out is not None:
-        job.tracks_out.mkdir(parents=True, exist_ok=True)
+        _make_folder(job.tracks_out)
     # --compile auto decides on the whole batch's work, less the outputs --skip-existing leaves alone.
     engine.planned_frames = sum(frames[s] for s, out in jobs if not (batch.skip_existing and out.exists()))
     bar = tqdm(total=sum(frames.values()), unit="frame", disable=not progress, dynamic_ncols=True)

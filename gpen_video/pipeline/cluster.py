@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, error_line
+from ..errors import InputError, UsageError, error_line
 from ..faces.track import FaceTracker
 from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.probe import VideoInfo, open_input, probe
 from ..media.segments import SegmentUnit, assemble, plan_segments, work_dir_for
 from ..media.writer import VideoWriter
-from ..options import JobOptions, RestoreOptions, UsageError
+from ..options import JobOptions, RestoreOptions
 from .engine import Engine, FrameCallback, Summary, check_paths, segment_store
 
 RAY_EXTRA = "pip install 'gpen-video[ray]'"

@@ -20,7 +20,7 @@ from pathlib import Path
 import av
 from tqdm import tqdm
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..faces.detect import detector_weights
 from ..faces.select import KnownTracks, TrackSurvey, describe_tracks
 from ..faces.track import FaceTracker
@@ -37,7 +37,7 @@ from ..media.segments import SegmentedWriter, SegmentStore, SegmentUnit, work_di
 from ..media.sheet import PanelCapture, contact_sheet
 from ..media.writer import VideoWriter
 from ..model.weights import load_gpen_weights
-from ..options import JobOptions, RestoreOptions, UsageError
+from ..options import JobOptions, RestoreOptions
 from ..worker.device import DeviceWorker
 from ..worker.messages import Worker
 from ..worker.process import process_workers

@@ -30,7 +30,7 @@ import av
 import numpy as np
 import torch
 
-from ..errors import error_line
+from ..errors import WorkerDied, WorkerFailed, error_line
 from ..faces.detect import Face
 from ..media.colour import PlaneLayout, packed_to_frame
 from ..media.frames import SourceFrame
@@ -43,14 +43,6 @@ from .shared import SharedFrames, SlotRef
 #: Requests the process keeps queued on its device before it answers the oldest.
 QUEUED_REQUESTS = 2
 _HOST = torch.device("cpu")
-
-
-class WorkerDied(RuntimeError):
-    """A worker process ended while it held work. The message is one line."""
-
-
-class WorkerFailed(RuntimeError):
-    """A request failed inside a worker process: the error it raised there, in one line."""
 
 
 @dataclass(frozen=True)
