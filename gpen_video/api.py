@@ -18,7 +18,8 @@ from .errors import UsageError
 from .options import BatchOptions, JobOptions, RestoreOptions
 from .pipeline.batch import BatchEngine, JobResult
 from .pipeline.batch import restore_many as _restore_many
-from .pipeline.engine import Engine, Summary
+from .pipeline.engine import Engine
+from .pipeline.summary import Summary
 
 __all__ = ["BatchOptions", "Engine", "JobOptions", "JobResult", "RestoreOptions", "Summary",
            "UsageError", "find_faces", "preview", "restore_image", "restore_many", "restore_video"]

@@ -27,7 +27,7 @@ from PIL import Image, UnidentifiedImageError
 from ..errors import InputError, OutputError
 from .colour import Orientation, PlaneLayout, frame_planes, writable_planes
 from .frames import SourceFrame
-from .outputs import OutputClaim, partial_path
+from .outputs import AbortedOnError, OutputClaim, partial_path
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def _add_png_metadata(path: Path, icc: bytes | None, exif: bytes | None) -> None
         path.write_bytes(data[:end_of_header] + chunks + data[end_of_header:])
 
 
-class ImageWriter:
+class ImageWriter(AbortedOnError):
     """Writes the one picture to OUTPUT through a temporary file beside it, renamed into place by
     :meth:`close`; OUTPUT is claimed for the job as a video's is. With ``traits``, those of the
     photo it was read from, the output keeps what that photo is (grey, depth, alpha, ICC, EXIF)

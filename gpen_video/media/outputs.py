@@ -9,6 +9,7 @@ import fcntl
 import glob
 import os
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import OutputBusyError
 
@@ -37,6 +38,25 @@ def remove_stale_partials(output: Path) -> None:
             path.unlink(missing_ok=True)
         except PermissionError:  # another user's live process
             pass
+
+
+_Written = TypeVar("_Written", bound="AbortedOnError")
+
+
+class AbortedOnError:
+    """A file being written, as a context manager: a block left by an error aborts it, so nothing
+    is left at OUTPUT; a block left normally leaves the file to whoever finishes it (``close``)."""
+
+    def abort(self) -> None:
+        """Drop what was written."""
+        raise NotImplementedError
+
+    def __enter__(self: _Written) -> _Written:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        if kind is not None:
+            self.abort()
 
 
 class OutputClaim:

@@ -26,7 +26,7 @@ from .frames import SourceFrame
 from .hdr import PARAMS_OPTION
 from .isobmff import BoxError, Track, add_sample_entry_boxes
 from .matroska import MatroskaError, add_display_size, add_hdr_metadata, add_video_elements, read_video_elements
-from .outputs import OutputClaim, partial_path, remove_stale_partials
+from .outputs import AbortedOnError, OutputClaim, partial_path, remove_stale_partials
 from .probe import VideoInfo, video_stream
 from .spatial import SpatialLayout
 from .streams import CompanionStreams, mp4_tracks
@@ -94,7 +94,7 @@ def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, s
     return options
 
 
-class VideoWriter:
+class VideoWriter(AbortedOnError):
     """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`;
     encoded as ``settings`` say (their codec, crf, preset, pix_fmt, encoder_threads and strict)."""
 

@@ -23,7 +23,8 @@ from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.probe import probe
 from ..options import BatchOptions, JobOptions
-from .engine import FrameCallback, Summary
+from .engine import FrameCallback
+from .summary import Summary
 
 #: Extensions taken as videos when a folder is scanned (a file named on the command line is tried
 #: whatever its name).

@@ -38,7 +38,9 @@ from ..media.probe import VideoInfo, open_input, probe
 from ..media.segments import SegmentUnit, assemble, plan_segments, work_dir_for
 from ..media.writer import VideoWriter
 from ..options import JobOptions, RestoreOptions
-from .engine import Engine, FrameCallback, Summary, check_paths, segment_store
+from .engine import Engine, FrameCallback
+from .paths import check_paths, segment_store
+from .summary import Summary
 
 RAY_EXTRA = "pip install 'gpen-video[ray]'"
 NAMESPACE = "gpen-video"
@@ -239,29 +241,25 @@ class ClusterEngine:
         OUTPUT (its temporary file) from the start, so a wrong path fails before any work."""
         started = time.perf_counter()
         check_paths(input, output, job.overwrite, CONTAINERS)
-        with open_input(input) as container:
-            writer = VideoWriter(output, container, info, self.options, job.overwrite)
-            try:
-                if not job.resume:  # a fresh start: whatever an earlier run left goes
-                    shutil.rmtree(work_dir_for(output), ignore_errors=True)
-                store = segment_store(input, output, job, self.options)
-                done = store.finished()
-                todo = [u for u in units if u.segment not in done]
-                refs: set[Any] = set()  # this file's running units, cancelled if one fails
-                with ThreadPoolExecutor(self.slots, thread_name_prefix="segment") as pool:
-                    futures = [pool.submit(self._on_actor, "restore_segment",
-                                           (str(input), str(output), job, unit, self.planned_frames), on_frame, refs)
-                               for unit in todo]
-                    try:
-                        parts = [f.result() for f in futures]
-                    except BaseException:
-                        self._cancel(refs)
-                        raise
-                with open_input(input) as source:
-                    assemble(writer, store, source, len(units))
-            except BaseException:
-                writer.abort()
-                raise
+        with open_input(input) as container, \
+                VideoWriter(output, container, info, self.options, job.overwrite) as writer:
+            if not job.resume:  # a fresh start: whatever an earlier run left goes
+                shutil.rmtree(work_dir_for(output), ignore_errors=True)
+            store = segment_store(input, output, job, self.options)
+            done = store.finished()
+            todo = [u for u in units if u.segment not in done]
+            refs: set[Any] = set()  # this file's running units, cancelled if one fails
+            with ThreadPoolExecutor(self.slots, thread_name_prefix="segment") as pool:
+                futures = [pool.submit(self._on_actor, "restore_segment",
+                                       (str(input), str(output), job, unit, self.planned_frames), on_frame, refs)
+                           for unit in todo]
+                try:
+                    parts = [f.result() for f in futures]
+                except BaseException:
+                    self._cancel(refs)
+                    raise
+            with open_input(input) as source:
+                assemble(writer, store, source, len(units))
         store.remove()
         return Summary(output, sum(p.frames for p in parts), sum(p.faces for p in parts),
                        sum(p.frames_with_faces for p in parts), time.perf_counter() - started,

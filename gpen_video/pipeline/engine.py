@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import av
@@ -33,7 +31,7 @@ from ..media.frames import SourceFrame
 from ..media.images import IMAGE_EXTENSIONS, ImageWriter, photo_source, read_image
 from ..media.probe import VideoInfo, open_input, probe
 from ..media.seek import SeekReport, frames_at
-from ..media.segments import SegmentedWriter, SegmentStore, SegmentUnit, work_dir_for
+from ..media.segments import SegmentedWriter, SegmentUnit
 from ..media.sheet import PanelCapture, contact_sheet
 from ..media.writer import VideoWriter
 from ..model.weights import load_gpen_weights
@@ -42,8 +40,10 @@ from ..worker.device import DeviceWorker
 from ..worker.messages import Worker
 from ..worker.process import process_workers
 from ..worker.restorer import compile_cache
-from .job import MILESTONES, FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
+from .job import FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
+from .paths import check_paths, segment_store
 from .scheduler import WorkerPool
+from .summary import Summary
 
 log = logging.getLogger(__name__)
 FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)
@@ -75,103 +75,6 @@ class Pictures:
     smooth: float
     fields: FieldOrder | None = None
     fps: float = 25.0
-
-
-@dataclass
-class Summary:
-    output: Path
-    frames: int
-    faces: int
-    frames_with_faces: int
-    seconds: float
-    busy: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    damaged: int = 0  # input frames decoded with errors or repeated in place of undecodable ones
-    resumed_at: int = 0  # the first frame this run encoded (--resume)
-    truncated: str = ""  # why the input ended early (--allow-truncated), or ""
-    #: Seconds the engine's start took in this job (weights, workers: building and compiling), if it started here.
-    startup: dict[str, float] = field(default_factory=dict)
-    #: time.perf_counter() when the job started and when its first picture left each stage (job.MILESTONES).
-    milestones: dict[str, float] = field(default_factory=dict)
-    choice: str = ""  # which tracks were restored, where --faces or --tracks chose
-    tracks_found: TrackSurvey | None = None  # --detect-only: the tracks found (nothing restored)
-    panels: int | None = None  # --preview: the sheet's frames (``frames`` then counts the frames decoded)
-    decoder: str = ""  # which decoder ran (a video's), and why the CPU where NVDEC was allowed
-
-    @property
-    def fps(self) -> float:
-        return self.frames / self.seconds if self.seconds > 0 else 0.0
-
-    def first_picture(self) -> dict[str, float]:
-        """Seconds from the job's start to each stage its first picture left, in the pipeline's order."""
-        begun = self.milestones["started"]
-        return {m: self.milestones[m] - begun for m in MILESTONES[1:] if m in self.milestones}
-
-    def describe(self, started: float | None = None) -> str:
-        """The closing report: frames, faces, time, where the start-up went (the first frame's time
-        counted from ``started``, a ``time.perf_counter()``), and each stage's busy share of the wall time."""
-        if self.panels is not None:
-            lines = [f"{self.output}: {self.panels} frames from {self.frames} decoded, {self.faces} faces restored, "
-                     f"{self.seconds:.1f} s"]
-        elif self.tracks_found is not None:
-            lines = [f"{self.output}: {self.frames} frames, {self.tracks_found.faces} faces found in "
-                     f"{len(self.tracks_found.frames)} tracks, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
-        else:
-            lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
-                     f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
-        if self.decoder:
-            lines.append(self.decoder)
-        if self.choice:
-            lines.append(self.choice)
-        if started is not None and "written" in self.milestones and self.tracks_found is None:
-            parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.startup.items())
-            lines.append(f"first frame written {self.milestones['written'] - started:.1f} s after the start"
-                         + (f" (of which {parts})" if parts else ""))
-            stages = ", ".join(f"{m} {seconds:.2f} s" for m, seconds in self.first_picture().items())
-            lines.append(f"the job's first picture: {stages} into the job")
-        if self.resumed_at:
-            lines.append(f"resumed at frame {self.resumed_at}: the frames before it came from the work directory")
-        if self.truncated:
-            lines.append(f"warning: {self.truncated}; every frame that decodes was restored")
-        if self.damaged:
-            lines.append(f"warning: {self.damaged} frame(s) of the input were damaged: decoded with errors, "
-                         f"or the previous frame repeated where one could not be decoded")
-        if self.busy:
-            busy = ", ".join(f"{k} {v / self.seconds:.0%}" for k, v in sorted(self.busy.items()))
-            lines.append(f"stage busy time: {busy}")
-        lines += [f"warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
-
-
-def segment_store(input: Path, output: Path, job: JobOptions, options: RestoreOptions) -> SegmentStore:
-    """The work directory of the segmented job writing ``output`` (``--resume``, or a long video
-    split across a cluster), tied to the input file and every option that shapes the result."""
-    stat = input.stat()
-    fingerprint = {"input": str(input.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                   "segment_frames": job.segment_frames, "options": options.fingerprint()}
-    return SegmentStore(work_dir_for(output), fingerprint)
-
-
-def check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str] | dict) -> None:
-    """OUTPUT can be written, is not the input, and replaces nothing unasked."""
-    if output.suffix.lower() not in extensions:
-        raise UsageError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(sorted(extensions))}")
-    if input.exists() and output.exists() and os.path.samefile(input, output):
-        raise UsageError("OUTPUT is the input file; choose another path")
-    if output.resolve() == input.resolve():
-        raise UsageError("OUTPUT is the input file; choose another path")
-    if output.is_dir():
-        raise UsageError(f"OUTPUT is a directory: {output}")
-    if output.exists() and not overwrite:
-        raise UsageError(f"{output} exists; pass --overwrite to replace it")
-    parent = output.resolve().parent
-    if not parent.is_dir():
-        raise UsageError(f"output directory does not exist: {parent}")
-    try:  # a real probe: permissions, read-only file systems and ACLs all answer the same way
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError:
-        raise UsageError(f"output directory is not writable: {parent}") from None
 
 
 class Engine:
@@ -354,32 +257,26 @@ class Engine:
         info = self._probe_video(input)
         decoding = self._decoding(info)
         pictures = self._pictures(info, self.options.smooth)
-        container = open_input(input)
         report = DecodeReport(info.truncated)  # the cut found in the file's index, if any
-        try:
-            writer: VideoWriter | SegmentedWriter = VideoWriter(output, container, info, self.options, job.overwrite)
-            try:
-                # After the writer, which checks the encoder settings: a wrong option must not cost
-                # a download. Before --resume's work directory, which a failed download must not leave.
-                pool = self.pool(info.frames)
-                with self._demuxed(input, info, decoding) as first_pass:
-                    chosen, choice, _ = self._choose(input.name, first_pass, pictures, on_frame)
-                start_frame = 0
-                if job.resume:
-                    writer = SegmentedWriter(writer, segment_store(input, output, job, self.options), input,
-                                             job.segment_frames)
-                    start_frame = writer.first_frame
-            except BaseException:
-                writer.abort()
-                raise
+        with open_input(input) as container, \
+                VideoWriter(output, container, info, self.options, job.overwrite) as video:
+            # After the writer, which checks the encoder settings: a wrong option must not cost
+            # a download. Before --resume's work directory, which a failed download must not leave.
+            pool = self.pool(info.frames)
+            with self._demuxed(input, info, decoding) as first_pass:
+                chosen, choice, _ = self._choose(input.name, first_pass, pictures, on_frame)
+            writer: VideoWriter | SegmentedWriter = video
+            start_frame = 0
+            if job.resume:
+                writer = SegmentedWriter(video, segment_store(input, output, job, self.options), input,
+                                         job.segment_frames)
+                start_frame = writer.first_frame
 
             def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
                 return demux(container, streams, self.options.allow_truncated, report, decoding)
 
             summary = self._run(source, writer, pool, self._tracks_file(job), on_frame, pictures,
                                 start_frame, chosen)
-        finally:
-            container.close()
         summary.resumed_at, summary.truncated, summary.choice = start_frame, report.truncated, choice
         summary.decoder = decoding.describe()
         return summary
@@ -395,18 +292,13 @@ class Engine:
         decoding = self._decoding(info)
         pictures = self._pictures(info, self.options.smooth)
         store = segment_store(input, output, job, self.options)
-        container = open_input(input)
         report = DecodeReport(info.truncated)
-        try:
-            # The encoder's settings come from a writer of the output's kind, whose file is thrown away.
-            scratch = VideoWriter(store.directory / f"unit-{unit.segment:06d}{output.suffix}", container, info,
-                                  self.options, overwrite=True)
+        # The encoder's settings come from a writer of the output's kind, whose file is thrown away.
+        with open_input(input) as container, \
+                VideoWriter(store.directory / f"unit-{unit.segment:06d}{output.suffix}", container, info,
+                            self.options, overwrite=True) as scratch:
             writer = SegmentedWriter(scratch, store, input, job.segment_frames, unit=unit.segment)
-            try:
-                pool = self.pool(info.frames)
-            except BaseException:
-                writer.abort()
-                raise
+            pool = self.pool(info.frames)
             tracker = FaceTracker(smooth=pictures.smooth)
             end = unit.stop + tracker.context  # the frames after the unit that its last frames need
 
@@ -420,8 +312,6 @@ class Engine:
 
             summary = self._run(source, writer, pool, (), on_frame, pictures, unit.start, tracker=tracker,
                                 stop_frame=unit.stop)
-        finally:
-            container.close()
         summary.decoder = decoding.describe()
         return summary
 
@@ -434,16 +324,12 @@ class Engine:
         self._refuse_range(input)
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
         photo = read_image(input)
-        writer = ImageWriter(output, job.overwrite, traits=photo.traits, strict=self.options.strict)
-        try:
+        with ImageWriter(output, job.overwrite, traits=photo.traits, strict=self.options.strict) as writer:
             pool = self.pool(1)
             pictures = Pictures(1, photo.frame.height, photo.frame.width, smooth=0)
             chosen, choice, _ = self._choose(input.name, photo_source(photo.picture()), pictures, on_frame)
-        except BaseException:
-            writer.abort()
-            raise
-        summary = self._run(photo_source(photo.picture()), writer, pool, self._tracks_file(job), on_frame, pictures,
-                            chosen=chosen)
+            summary = self._run(photo_source(photo.picture()), writer, pool, self._tracks_file(job), on_frame,
+                                pictures, chosen=chosen)
         summary.choice = choice
         return summary
 
@@ -494,9 +380,8 @@ class Engine:
         check_paths(input, output, overwrite, IMAGE_EXTENSIONS)
         info = self._probe_video(input)
         times = preview_times(info, self.options.time_range, panels)
-        writer = ImageWriter(output, overwrite)
         started = time.perf_counter()
-        try:
+        with ImageWriter(output, overwrite) as writer:
             pool = self.pool(panels)
             pictures = self._pictures(info, self.options.smooth)
             chosen, choice, survey = None, "", None
@@ -514,9 +399,6 @@ class Engine:
                 rows.append(capture.panel())
             writer.write_rgb(contact_sheet(rows, f"{input.name}: as decoded, faces boxed"))
             writer.close()
-        except BaseException:
-            writer.abort()
-            raise
         faces = sum(box.restored for row in rows for box in row.boxes)
         return Summary(output, seek.decoded, faces, sum(any(b.restored for b in r.boxes) for r in rows),
                        time.perf_counter() - started, startup=self._take_startup(), panels=len(rows), choice=choice)
@@ -560,10 +442,10 @@ class Engine:
              tracker: FaceTracker | KnownTracks | None = None, ranged: bool = True,
              stop_frame: int | None = None) -> Summary:
         """One job through the pipeline, with its progress and ``logs`` (the tracks file, the
-        survey of tracks); ``writer`` and ``logs`` are aborted on any failure, so nothing is left
-        at OUTPUT. ``tracker`` defaults to a new one with the pictures' smoothing; the options'
-        time range applies where ``ranged``. Frames from ``start_frame`` up to ``stop_frame``
-        (None: the end) are written."""
+        survey of tracks); ``logs`` are aborted on any failure, and ``writer`` by the caller's
+        ``with`` (or by the job), so nothing is left at OUTPUT. ``tracker`` defaults to a new one
+        with the pictures' smoothing; the options' time range applies where ``ranged``. Frames
+        from ``start_frame`` up to ``stop_frame`` (None: the end) are written."""
         lowered = [w.out_of_memory for w in pool.workers]
         frames = pictures.frames
         try:
@@ -604,7 +486,6 @@ class Engine:
                 self._close_retired()
                 bar.close()
         except BaseException:
-            writer.abort()
             for log in logs:
                 log.abort()
             raise
