@@ -96,12 +96,11 @@ def gpen_alone(weights: str, repeats: int) -> float:
 
 def detector_ms(name: str, device: str, batch: int, repeats: int) -> float:
     """The detector's network alone on ``batch`` frames at 1080p's detection size, ms per frame."""
-    from facexlib.detection.retinaface import RetinaFace
-
     from gpen_video.faces.choices import DETECTORS
+    from gpen_video.faces.retinaface import RetinaFace
 
     torch.manual_seed(0)
-    net = RetinaFace(network_name=DETECTORS[name][0], device=torch.device("cpu")).eval().to(device)
+    net = RetinaFace(DETECTORS[name][0]).eval().to(device)
     torch.backends.cudnn.allow_tf32 = True  # as the pipeline's detector runs
     x = torch.rand(batch, 3, 562, 1000, device=device) * 255
     with torch.no_grad():

@@ -80,15 +80,18 @@ def test_detection_replayed_as_a_cuda_graph_finds_the_same_faces_without_waiting
         np.testing.assert_allclose([f.landmarks for f in faces], [f.landmarks for f in reference], atol=0.1)
 
 
-def _facexlib_retinaface():
-    """facexlib's own RetinaFace (MobileNet-0.25) with the reference weights, as facexlib runs it."""
+def _facexlib_retinaface(backbone: str = "mobile0.25"):
+    """facexlib's own RetinaFace as facexlib runs it: MobileNet-0.25 with the reference weights,
+    ResNet-50 with seeded random ones (the official file is too large to ship)."""
     from facexlib.detection.retinaface import RetinaFace
 
-    state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
-    with warnings.catch_warnings():
+    torch.manual_seed(0)
+    with warnings.catch_warnings():  # facexlib passes torchvision's deprecated `pretrained=False`
         warnings.simplefilter("ignore")
-        net = RetinaFace(network_name="mobile0.25", device=torch.device("cpu"))
-    net.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+        net = RetinaFace(network_name=backbone, device=torch.device("cpu"))
+    if backbone == "mobile0.25":
+        state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
+        net.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
     return net.eval()
 
 
@@ -193,3 +196,56 @@ def test_detector_weights_path_is_used_as_given(tmp_path):
         FaceDetector("retinaface-mobile", weights=wrong)
     with pytest.raises(WeightsError, match="unknown detector"):
         FaceDetector("yolo", weights=wrong)
+
+
+@pytest.mark.parametrize("backbone", ["mobile0.25", "resnet50"])
+def test_the_network_computes_what_facexlibs_retinaface_computes(backbone):
+    """The detector's own RetinaFace (which loads no torchvision) gives facexlib's outputs bit for
+    bit, with facexlib's weights; its anchors and decoding likewise."""
+    from facexlib.detection.retinaface_utils import PriorBox, batched_decode, batched_decode_landm
+
+    from gpen_video.faces.retinaface import RetinaFace, anchors, decode_boxes, decode_landmarks
+
+    reference = _facexlib_retinaface(backbone)
+    ours = RetinaFace(backbone).eval()
+    ours.load_state_dict(reference.state_dict(), strict=True)
+    frames = torch.rand(2, 3, 150, 190) * 255 - 110
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(ours(frames), reference(frames)))
+    for height, width in ((150, 190), (562, 1000), (37, 41)):
+        assert torch.equal(anchors(height, width), PriorBox(reference.cfg, image_size=(height, width)).forward())
+    priors = anchors(150, 190)[None].expand(2, -1, -1)
+    offsets = torch.randn(2, priors.shape[1], 14)
+    variance = reference.cfg["variance"]
+    assert torch.equal(decode_boxes(offsets[..., :4], priors), batched_decode(offsets[..., :4], priors, variance))
+    assert torch.equal(decode_landmarks(offsets[..., 4:], priors),
+                       batched_decode_landm(offsets[..., 4:].contiguous(), priors, variance))
+
+
+def test_the_suppression_keeps_the_boxes_torchvisions_nms_keeps():
+    import torchvision
+
+    from gpen_video.faces.retinaface import suppress
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        count = int(rng.integers(1, 80))
+        corner = rng.uniform(0, 100, (count, 2)).astype(np.float32)
+        boxes = np.concatenate([corner, corner + rng.uniform(1, 40, (count, 2)).astype(np.float32)], 1)
+        scores = rng.uniform(0, 1, count).astype(np.float32)
+        for overlap in (0.3, 0.4, 0.7):
+            want = torchvision.ops.nms(torch.from_numpy(boxes), torch.from_numpy(scores), overlap).tolist()
+            assert suppress(boxes, scores, overlap) == want
+
+
+def test_a_detector_start_loads_neither_torchvision_nor_dynamo():
+    """Importing torchvision brings torch._dynamo and sympy: seconds of every process's start."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpen_video.faces.detect import FaceDetector; "
+            "FaceDetector('retinaface-mobile', sys.argv[1], progress=False); "
+            "print(sorted(m for m in ('torchvision', 'torch._dynamo', 'facexlib') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code, str(shared_file("weights/retinaface_mobilenet0.25.pth"))],
+                         capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]", run.stdout

@@ -1,9 +1,9 @@
-"""Face detection: facexlib's RetinaFace network, batched over frames, with GPU pre- and post-processing."""
+"""Face detection: RetinaFace (the official GPEN's network, facexlib's checkpoints), batched over frames,
+with GPU pre- and post-processing."""
 
 from __future__ import annotations
 
 import itertools
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from ..model.graphs import GraphedModel, padded
 from ..model.weights import helper_weights
 from ..transfer import Pending, to_device, to_host
 from .choices import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
+from .retinaface import RetinaFace, anchors, decode_boxes, decode_landmarks, suppress
 
 _BGR_MEAN = (104.0, 117.0, 123.0)  # RetinaFace was trained on mean-subtracted BGR
 #: Pixels (at the detection size) the network sees in one call on a CPU: larger calls allocate
@@ -80,8 +81,6 @@ class FaceDetector:
                  device: str | torch.device = "cpu", half: bool = False, threshold: float = DEFAULT_THRESHOLD,
                  nms_threshold: float = 0.4, min_size: float = 0.0, max_faces: int | None = None,
                  detect_long_side: int = 1000, downscale_above: int = 1500, progress: bool = True) -> None:
-        from facexlib.detection.retinaface import RetinaFace
-
         path = detector_weights(name, weights, progress)
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -89,16 +88,13 @@ class FaceDetector:
             raise WeightsError(f"{path} is not a readable detector checkpoint: {exc}") from None
         state = {k.removeprefix("module."): v for k, v in state.items()}
         self.device = torch.device(device)
-        with warnings.catch_warnings():  # facexlib passes torchvision's deprecated `pretrained=False`
-            warnings.simplefilter("ignore")
-            net = RetinaFace(network_name=DETECTORS[name][0], device=torch.device("cpu"))
+        net = RetinaFace(DETECTORS[name][0])
         try:
             net.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             raise WeightsError(f"{path} does not fit {name}: {str(exc).splitlines()[0]}") from None
         self.dtype = torch.float16 if half else torch.float32
         self.net = fold_batch_norms(net.eval()).to(self.device, self.dtype).requires_grad_(False)
-        self.cfg = net.cfg
         self.threshold = threshold
         self.nms_threshold = nms_threshold
         self.min_size = min_size
@@ -111,9 +107,7 @@ class FaceDetector:
 
     def _priors_for(self, h: int, w: int) -> torch.Tensor:
         if (h, w) not in self._priors:
-            from facexlib.detection.retinaface_utils import PriorBox
-
-            self._priors[(h, w)] = PriorBox(self.cfg, image_size=(h, w)).forward().to(self.device)
+            self._priors[(h, w)] = anchors(h, w).to(self.device)
         return self._priors[(h, w)]
 
     def fix_batch(self, batch: int, height: int, width: int, graph: bool) -> None:
@@ -199,23 +193,19 @@ class FaceDetector:
     def _decoded(self, loc: torch.Tensor, landm: torch.Tensor, priors: torch.Tensor, order: torch.Tensor,
                  size: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Boxes (N, K, 4) and landmarks (N, K, 10) in pixels of the priors ``order`` (N, K) picks."""
-        from facexlib.detection.retinaface_utils import batched_decode, batched_decode_landm
-
         def pick(t: torch.Tensor) -> torch.Tensor:
             return t.gather(1, order[:, :, None].expand(-1, -1, t.shape[2]))
 
         chosen = priors[order]
-        boxes = batched_decode(pick(loc).float(), chosen, self.cfg["variance"]) * size.repeat(2)
-        points = batched_decode_landm(pick(landm).float(), chosen, self.cfg["variance"]) * size.repeat(5)
+        boxes = decode_boxes(pick(loc).float(), chosen) * size.repeat(2)
+        points = decode_landmarks(pick(landm).float(), chosen) * size.repeat(5)
         return boxes, points
 
     def _kept(self, boxes: torch.Tensor, points: torch.Tensor, scores: torch.Tensor) -> list[Face]:
         """One frame's faces from its boxes over the threshold (on the host): the non-maximum
         suppression's survivors, best score first, then the size and count limits."""
-        import torchvision  # here, not at the top: importing it takes seconds (torch._dynamo with it)
-
         faces: list[Face] = []
-        for k in torchvision.ops.nms(boxes, scores, self.nms_threshold).tolist():
+        for k in suppress(boxes.numpy(), scores.numpy(), self.nms_threshold):
             face = Face(boxes[k].numpy().astype(np.float64), float(scores[k]),
                         points[k].numpy().reshape(5, 2).astype(np.float64))
             if face.size >= self.min_size and (self.max_faces is None or len(faces) < self.max_faces):

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 
 
 def blur_kernel(taps: Sequence[float], gain: float = 1.0) -> torch.Tensor:
-    """The separable 2-D filter built from 1-D taps, normalised to sum to ``gain``."""
-    k = torch.tensor(taps, dtype=torch.float32)
+    """The separable 2-D filter built from 1-D taps, normalised to sum to ``gain``: on the CPU, also
+    inside a module built on the meta device, where this arithmetic would import torch._dynamo."""
+    k = torch.tensor(taps, dtype=torch.float32, device="cpu")
     k2d = k[None, :] * k[:, None]
     return k2d / k2d.sum() * gain
 
