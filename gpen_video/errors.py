@@ -4,6 +4,9 @@ tool and keeps its traceback."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class GpenVideoError(Exception):
     """An error the user can act on: bad options, an unreadable input, an output that cannot be
@@ -45,3 +48,19 @@ class WorkerFailed(GpenVideoError):
 def error_line(exc: BaseException) -> str:
     """An error as the one line a user is shown: its message's first line, else its kind."""
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def reason(exc: BaseException) -> str:
+    """Why a system or FFmpeg call failed, as the system says it ("No space left on device")."""
+    return getattr(exc, "strerror", None) or str(exc)
+
+
+@contextlib.contextmanager
+def failures_as(kind: type[GpenVideoError], doing: str,
+                caught: tuple[type[BaseException], ...] = (OSError,)) -> Iterator[None]:
+    """Inside the block, a failure of the ``caught`` kinds (a full disk, a lost mount, a file
+    FFmpeg cannot read) becomes ``kind``, one line saying what was being done and why."""
+    try:
+        yield
+    except caught as exc:
+        raise kind(f"{doing}: {reason(exc)}") from None

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import OutputError
+from ..errors import OutputError, failures_as
 from .track import TrackedFrame
 
 
@@ -48,21 +48,22 @@ class TracksWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-        try:
+        self.failing = f"cannot write the tracks file {path}"
+        with failures_as(OutputError, self.failing):
             self.file = open(self.tmp, "w", encoding="utf-8")
-        except OSError as exc:
-            raise OutputError(f"cannot write the tracks file {path}: {exc.strerror or exc}") from None
-        self.file.write('{"frames": [')
+            self.file.write('{"frames": [')
         self.first = True
 
     def add(self, frame: TrackedFrame, field: int | None, in_range: bool, restored: list[bool]) -> None:
-        self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame, field, restored)))
+        with failures_as(OutputError, self.failing):
+            self.file.write(("\n" if self.first else ",\n") + json.dumps(frame_record(frame, field, restored)))
         self.first = False
 
     def close(self) -> None:
-        self.file.write("\n]}\n")
-        self.file.close()
-        os.replace(self.tmp, self.path)
+        with failures_as(OutputError, self.failing):
+            self.file.write("\n]}\n")
+            self.file.close()
+            os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
         self.file.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import av
 
-from ..errors import InputError
+from ..errors import InputError, failures_as
 from .colour import Orientation, PlaneLayout, as_planar_yuv, frame_planes, planes_to_frame
 from .decoders import CPU_DECODING, DecoderChoice
 from .frames import SourceFrame
@@ -172,12 +172,10 @@ def _packets(container: av.container.InputContainer, streams: list[av.stream.Str
     :class:`InputError`, not damage to stand in for."""
     packets = container.demux(streams)
     while True:
-        try:
-            packet = next(packets)
-        except StopIteration:
+        with failures_as(InputError, f"cannot read {container.name}", (OSError, av.FFmpegError)):
+            packet = next(packets, None)
+        if packet is None:
             return
-        except (OSError, av.FFmpegError) as exc:
-            raise InputError(f"cannot read {container.name}: {getattr(exc, 'strerror', None) or exc}") from None
         yield packet
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import av
 
-from ..errors import OutputError
+from ..errors import OutputError, failures_as
 from .demux import SeekPoint
 from .frames import SourceFrame
 from .probe import open_input, video_stream
-from .writer import VideoWriter
+from .writer import WRITE_FAILURES, VideoWriter
 
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size
 _NONE = -(2**63)  # a missing timestamp
@@ -176,13 +176,11 @@ class SegmentedWriter:
         if self._encoder is None:
             self._encoder = self.writer.new_encoder()
             self._encoder.open()
-        try:
+        with failures_as(OutputError, f"encoding failed at frame {source.index}", WRITE_FAILURES):
             self._packets += self._encoder.encode(self.writer.encoder_frame(source, restored))
-        except av.FFmpegError as exc:
-            raise OutputError(f"encoding failed at frame {source.index}: {exc.strerror or exc}") from None
-        self._frames += 1
-        if self._frames == self.segment_frames:
-            self._finish_segment()
+            self._frames += 1
+            if self._frames == self.segment_frames:
+                self._finish_segment()
 
     def _finish_segment(self) -> None:
         self._packets += self._encoder.encode(None)
@@ -194,7 +192,8 @@ class SegmentedWriter:
         """Save the last segment, assemble OUTPUT from all of them, and drop the work directory
         (a unit: save its segment, and leave the rest to the driver)."""
         if self._frames:
-            self._finish_segment()
+            with failures_as(OutputError, f"cannot save the last segment in {self.store.directory}", WRITE_FAILURES):
+                self._finish_segment()
         if self.unit is not None:
             self.writer.abort()
             return

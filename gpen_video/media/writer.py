@@ -6,17 +6,15 @@ face touched are the decoded ones, so they stay bit-identical with a lossless co
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import av
 
-from ..errors import OutputError
+from ..errors import OutputError, failures_as, reason
 from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame, shown_width, writable_planes
 from .containers import CONTAINERS, ContainerRules
 from .fields import FieldStamp, reformat_fields
@@ -61,19 +59,8 @@ _KEPT_TAGS = frozenset({"hvc1", "hev1", "avc1", "avc3"})
 THREAD_TYPE = "AUTO"
 
 
-def _reason(exc: BaseException) -> str:
-    """What went wrong writing, as the system says it ("No space left on device")."""
-    return getattr(exc, "strerror", None) or str(exc)
-
-
-@contextlib.contextmanager
-def _as_output_error(doing: str) -> Iterator[None]:
-    """A write that fails in FFmpeg or in the file system (a full disk, a lost mount) is an
-    :class:`OutputError` saying what was being done and why."""
-    try:
-        yield
-    except (OSError, av.FFmpegError) as exc:
-        raise OutputError(f"{doing}: {_reason(exc)}") from None
+#: What a failed write raises: the file system's errors and FFmpeg's.
+WRITE_FAILURES = (OSError, av.FFmpegError)
 
 
 def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, str]:
@@ -169,7 +156,7 @@ class VideoWriter(AbortedOnError):
             self.container = av.open(str(self.tmp), "w", options=_muxer_options(ext, source))
         except (OSError, av.FFmpegError) as exc:
             self.claim.release()
-            raise OutputError(f"cannot write {output}: {_reason(exc)}") from None
+            raise OutputError(f"cannot write {output}: {reason(exc)}") from None
         try:
             self._setup(source, tracks, rules, ext)
         except BaseException:
@@ -277,7 +264,7 @@ class VideoWriter(AbortedOnError):
         """Mux video packets encoded elsewhere by a :meth:`new_encoder`, in decoding order."""
         for packet in packets:
             packet.stream = self.video
-        with _as_output_error(f"cannot write {self.output}"):
+        with failures_as(OutputError, f"cannot write {self.output}", WRITE_FAILURES):
             self._mux_video(packets)
 
     def _warn(self, message: str) -> None:
@@ -345,13 +332,13 @@ class VideoWriter(AbortedOnError):
     def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
         """Encode one frame: ``source`` as decoded, or the ``restored`` frame in its place."""
         frame = self.encoder_frame(source, restored)
-        with _as_output_error(f"encoding failed at frame {source.index}"):
+        with failures_as(OutputError, f"encoding failed at frame {source.index}", WRITE_FAILURES):
             self._mux_video(self.video.encode(frame))
 
     def close(self) -> None:
         """Flush, finish the file and move it into place."""
         try:
-            with _as_output_error(f"cannot finish {self.output}"):
+            with failures_as(OutputError, f"cannot finish {self.output}", WRITE_FAILURES):
                 self._mux_video(self.video.encode(None))
                 self._pending += self.companions.flush()
                 self._mux_pending(None)
@@ -366,7 +353,7 @@ class VideoWriter(AbortedOnError):
             self.abort()
             raise
         try:
-            with _as_output_error(f"cannot move the finished file into {self.output}"):
+            with failures_as(OutputError, f"cannot move the finished file into {self.output}", WRITE_FAILURES):
                 self.claim.publish(self.tmp)
         finally:
             self.tmp.unlink(missing_ok=True)

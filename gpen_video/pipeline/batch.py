@@ -18,7 +18,7 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from ..errors import OutputError, UsageError, error_line
+from ..errors import OutputError, UsageError, error_line, failures_as
 from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.probe import probe
@@ -103,10 +103,8 @@ def output_name(relative: Path, template: str) -> Path:
 
 def _make_folder(folder: Path) -> None:
     """A folder to write into, made where it is missing."""
-    try:
+    with failures_as(OutputError, f"cannot make the folder {folder}"):
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot make the folder {folder}: {exc.strerror or exc}") from None
 
 
 def restore_many(engine: BatchEngine, inputs: Sequence[Path], output_dir: Path, batch: BatchOptions,
