@@ -49,7 +49,7 @@ class EqualLinear(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, bias_init: float = 0.0, lr_mul: float = 1.0,
                  activate: bool = False) -> None:
         super().__init__()
-        # In place: out of place, the division on the meta device (expected_layout) imports torch._dynamo.
+        # In place, so that expected_layout can skip it: out of place on the meta device it imports torch._dynamo.
         self.weight = nn.Parameter(torch.randn(out_dim, in_dim).div_(lr_mul))
         self.bias = nn.Parameter(torch.full((out_dim,), float(bias_init)))
         self.scale = lr_mul / math.sqrt(in_dim)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 from tqdm import tqdm
 
 from ..errors import WeightsError
@@ -141,9 +142,24 @@ def infer_config(state_dict: Mapping[str, torch.Tensor]) -> GPENConfig:
     return GPENConfig(size, multiplier, narrow, style_dim, n_mlp)
 
 
+class _ShapesOnly(TorchFunctionMode):
+    """Builds modules on the meta device for their shapes alone: random initialisation makes empty
+    tensors and in-place arithmetic is skipped. Run as written, torch's Python meta kernels check
+    their arguments with code that imports sympy, 0.4 s of every start for values nobody reads."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.randn, torch.rand):
+            return torch.empty(*args, **{**kwargs, "device": "meta"})
+        name = getattr(func, "__name__", "")
+        if name.endswith("_") and not name.startswith("_") and args and getattr(args[0], "is_meta", False):
+            return args[0]  # an in-place operation keeps its tensor's shape
+        return func(*args, **kwargs)
+
+
 def expected_layout(config: GPENConfig) -> dict[str, tuple[int, ...]]:
     """Key -> shape of the official state dict for ``config``, in official order (built without memory)."""
-    with torch.device("meta"):
+    with torch.device("meta"), _ShapesOnly():
         model = GPEN(config.size, config.channel_multiplier, config.narrow, config.style_dim, config.n_mlp)
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
