@@ -115,31 +115,31 @@ def _altered(variant: str) -> Iterator[None]:
     """For the block, the pipeline's frames in flight doubled (``in-flight-2x``), its batches of
     frames kept at ``--batch-size`` whatever the frame size (``whole-batches``), or every frame
     taken to lie outside the time range (``no-detection``, run with ``--start 0``)."""
-    from gpen_video.pipeline import engine, job
+    from gpen_video.pipeline import batching, engine, job
 
-    saved = job.frames_in_flight, engine.frames_per_batch, job.TimeRange.tracks
+    saved = job.frames_in_flight, engine.frames_per_batch, batching.TimeRange.tracks
     if variant == "in-flight-2x":
         job.frames_in_flight = lambda *args: 2 * saved[0](*args)
     if variant == "whole-batches":
         engine.frames_per_batch = lambda batch_size, pixels: batch_size
     if variant == "no-detection":
-        job.TimeRange.tracks = lambda span, time: False
+        batching.TimeRange.tracks = lambda span, time: False
     try:
         yield
     finally:
-        job.frames_in_flight, engine.frames_per_batch, job.TimeRange.tracks = saved
+        job.frames_in_flight, engine.frames_per_batch, batching.TimeRange.tracks = saved
 
 
 @contextlib.contextmanager
 def _timed_queue_waits() -> Iterator[dict[str, float]]:
     """Seconds each pipeline thread spends in the pipeline's queue reads: for the encode thread,
     the time it had no frame to encode (with the GIL waits of its return)."""
-    from gpen_video.pipeline.job import Job
+    from gpen_video.pipeline.runtime import StageRuntime
 
     waits: dict[str, float] = {}
-    read = Job._get
+    read = StageRuntime.get
 
-    def timed(self: Job, q: object) -> object:
+    def timed(self: StageRuntime, q: object) -> object:
         t0 = time.perf_counter()
         try:
             return read(self, q)
@@ -147,11 +147,11 @@ def _timed_queue_waits() -> Iterator[dict[str, float]]:
             name = threading.current_thread().name
             waits[name] = waits.get(name, 0.0) + time.perf_counter() - t0
 
-    Job._get = timed
+    StageRuntime.get = timed
     try:
         yield waits
     finally:
-        Job._get = read
+        StageRuntime.get = read
 
 
 def run_variant(spec: str, clip: Path, args: argparse.Namespace) -> dict:

@@ -21,7 +21,7 @@ from gpen_video.media.colour import frame_planes, packed_to_frame, unpack_planes
 from gpen_video.media.demux import read_frames
 from gpen_video.model.weights import load_gpen_weights
 from gpen_video.options import RestoreOptions
-from gpen_video.pipeline.job import _restore_cut, frames_in_flight, frames_per_batch
+from gpen_video.pipeline.batching import frames_in_flight, frames_per_batch, restore_cut
 from gpen_video.worker import device as device_module
 from gpen_video.worker import restorer as restorer_module
 from gpen_video.worker.device import DeviceWorker
@@ -160,12 +160,12 @@ def test_a_packed_restored_frame_becomes_an_encoder_frame_with_the_same_samples(
 
 
 def test_restoration_batches_are_cut_where_the_last_gpen_batch_is_fullest():
-    assert _restore_cut([1] * 16, 16) == 16  # one face a frame: 16 faces fill one GPEN batch
+    assert restore_cut([1] * 16, 16) == 16  # one face a frame: 16 faces fill one GPEN batch
     crowd = [5, 6, 5, 5, 4, 6, 5, 5, 6, 5, 5, 5, 2, 5, 5, 5]  # all 16 frames: 79 faces, 1 place left empty
-    cut = _restore_cut(crowd, 16)
+    cut = restore_cut(crowd, 16)
     assert cut == 13 and sum(crowd[:cut]) == 64
-    assert _restore_cut([6] * 16, 16) == 16  # 48 faces after 8 frames fit too: the later cut wins
-    assert _restore_cut([16] + [1] * 15, 16) == 16  # a perfect fit after one frame is too small a batch
+    assert restore_cut([6] * 16, 16) == 16  # 48 faces after 8 frames fit too: the later cut wins
+    assert restore_cut([16] + [1] * 15, 16) == 16  # a perfect fit after one frame is too small a batch
 
 
 def test_larger_frames_travel_in_smaller_batches_so_memory_is_bounded_in_bytes():

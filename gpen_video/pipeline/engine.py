@@ -40,7 +40,9 @@ from ..worker.device import DeviceWorker
 from ..worker.messages import Worker
 from ..worker.process import process_workers
 from ..worker.restorer import compile_cache
-from .job import FaceLog, FrameSource, Job, NoOutput, TimeRange, Writer, frames_per_batch
+from .batching import TimeRange, frames_per_batch
+from .interfaces import FaceLog, FrameSource, NoOutput, Writer
+from .job import Job
 from .paths import check_paths, segment_store
 from .scheduler import WorkerPool
 from .summary import Summary

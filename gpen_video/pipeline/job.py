@@ -1,13 +1,15 @@
 """One job through the stages: decode -> detect (workers) -> track (in order) -> restore (workers) -> encode.
 
-Decoding, tracking and encoding are threads of the job's own; the device work goes to the
+Decoding, tracking and encoding are the job's own stages, run by a :class:`~.runtime.StageRuntime`
+(a thread each); the device work goes to the
 workers of a :class:`~.scheduler.WorkerPool`, which several jobs can share at once, so that one
 job's start overlaps the previous one's end. Tracking needs the frames in order, so it runs in
 one thread between the two device stages. A semaphore caps the job's frames in flight, which
 keeps memory flat whatever the video's length; batches hold fewer frames the larger they are,
 which bounds it in bytes whatever the frame size. The encoder writes frames strictly in order.
 Any stage's error stops every stage of the job and reaches the caller; nothing is left at
-OUTPUT, and the pool goes on with the other jobs.
+OUTPUT, and the pool goes on with the other jobs. How pictures are batched and which are
+restored is in :mod:`.batching`.
 """
 
 from __future__ import annotations
@@ -17,20 +19,14 @@ import dataclasses
 import itertools
 import queue
 import threading
-import time
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import av
 
 from ..faces.track import FaceTracker, TrackedFrame
 from ..media.fields import FieldOrder, weave
 from ..media.frames import SourceFrame, split_fields
-from ..media.images import ImageWriter
-from ..media.segments import SegmentedWriter
-from ..media.writer import VideoWriter
 from ..worker.messages import (
     DecodingDone,
     DetectBatch,
@@ -43,14 +39,12 @@ from ..worker.messages import (
     TrackerInput,
     TrackingDone,
 )
-from .scheduler import QUEUED_DETECTIONS, QUEUED_RESTORATIONS, WorkerPool
+from .batching import TimeRange, frame_time, frames_in_flight, restore_cut
+from .interfaces import FaceLog, FrameSource, Writer
+from .runtime import StageRuntime
+from .scheduler import WorkerPool
 
-_POLL = 0.1  # seconds between checks of the stop flag while a thread waits
 _SERIALS = itertools.count(1)
-#: Where a job's first picture has got to, in the order it gets there (see Job.milestones).
-MILESTONES = ("started", "decoded", "detected", "tracked", "restored", "written")
-#: The frame size batches are counted for (1080p); larger frames get fewer per batch.
-REFERENCE_PIXELS = 1920 * 1080
 
 
 def woven_frame(fields: list[ToEncode]) -> ToEncode:
@@ -65,63 +59,6 @@ def woven_frame(fields: list[ToEncode]) -> ToEncode:
     return ToEncode(whole, Restored(weave(whole.frame, restored), faces))
 
 
-#: Where pictures come from: given the streams the writer takes, a generator of decoded pictures
-#: and those streams' packets, in file order (media.demux.demux; a photo; later a GPU decoder).
-#: The decode thread closes it, however the run ends.
-FrameSource = Callable[[set[int]], Generator[SourceFrame | av.Packet, None, None]]
-
-
-class NoOutput:
-    """The writer of a job that makes no picture (--detect-only, the pass that chooses tracks):
-    the encoder thread only counts what it is given."""
-
-    copied_streams: set[int] = set()
-
-    def __init__(self, output: Path) -> None:
-        self.output = output  # what the job's summary names
-        self.warnings: list[str] = []
-
-    def write(self, source: SourceFrame, restored: av.VideoFrame | None = None) -> None:
-        """Nothing to encode."""
-
-    def close(self) -> None:
-        """Nothing to finish."""
-
-    def abort(self) -> None:
-        """Nothing to remove."""
-
-
-Writer = VideoWriter | SegmentedWriter | ImageWriter | NoOutput
-
-
-class FaceLog(Protocol):
-    """What hears each tracked picture, in order: the tracks file, or a survey of the tracks
-    (faces.select). ``in_range`` says whether the picture lies where faces are restored,
-    ``restored`` which of its faces were."""
-
-    def add(self, frame: TrackedFrame, field: int | None, in_range: bool, restored: list[bool]) -> None: ...
-
-    def close(self) -> None: ...
-
-    def abort(self) -> None: ...
-
-
-class Stopped(Exception):
-    """Raised inside a stage when another stage failed or the user interrupted."""
-
-
-@dataclass
-class StageClock:
-    """Busy seconds per stage, for the summary (how busy each stage was)."""
-
-    busy: dict[str, float] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, stage: str, seconds: float) -> None:
-        with self.lock:
-            self.busy[stage] = self.busy.get(stage, 0.0) + seconds
-
-
 @dataclass
 class PipelineResult:
     frames: int
@@ -130,63 +67,7 @@ class PipelineResult:
     damaged: int  # frames the input could not decode cleanly (see SourceFrame.damage)
     seconds: float
     busy: dict[str, float]
-    milestones: dict[str, float]  # see Job.milestones
-
-
-def _restore_cut(faces: list[int], face_batch: int) -> int:
-    """How many frames of a full restoration batch to send, given each frame's face count: the
-    cut in its second half that leaves the fewest empty places in the last GPEN batch (compiled
-    graphs run full batches, padded), the later cut on a tie. The rest start the next batch."""
-    best, best_empty = len(faces), None
-    total = 0
-    for n, count in enumerate(faces, 1):
-        total += count
-        empty = -total % face_batch
-        if n >= (len(faces) + 1) // 2 and (best_empty is None or empty <= best_empty):
-            best, best_empty = n, empty
-    return best
-
-
-def frames_per_batch(batch_size: int, frame_pixels: int) -> int:
-    """Frames per detection and restoration batch: ``batch_size`` at 1080p and below, fewer for
-    larger frames (a quarter at 4K), so that a batch's working tensors and the frames in flight
-    (:func:`frames_in_flight`, counted in batches) take the same bytes whatever the frame size.
-    GPEN's own batches count faces and stay ``batch_size``."""
-    return max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(frame_pixels, 1)))
-
-
-def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:
-    """How many frames may be between the decoder and the encoder at once: per worker, its queued
-    detection and restoration batches; one worker's worth more for the batches between the
-    stages; the tracker's look-ahead and the batch the decoder is filling."""
-    per_worker = (QUEUED_RESTORATIONS + QUEUED_DETECTIONS) * batch_frames
-    return per_worker * (workers + 1) + lookahead + batch_frames
-
-
-@dataclass(frozen=True)
-class TimeRange:
-    """Where faces are restored: from ``start`` to before ``end`` (None: the end) seconds after
-    the first frame. Frames up to ``before`` seconds before it and ``after`` seconds after it are
-    detected and tracked too, so that tracks and smoothing reach its edges as they do mid-clip
-    (``before`` is infinite where track ids must be those of a whole clip); frames farther out are
-    not detected."""
-
-    start: float
-    end: float | None
-    before: float
-    after: float
-
-    def restores(self, time: float) -> bool:
-        return self.start <= time and (self.end is None or time < self.end)
-
-    def tracks(self, time: float) -> bool:
-        return self.start - self.before <= time and (self.end is None or time < self.end + self.after)
-
-
-def frame_time(picture: SourceFrame) -> float:
-    """The time of the frame a picture belongs to: a field's is its frame's, so that both fields
-    of a frame fall on the same side of a range's edge."""
-    return picture.field.whole.time if picture.field is not None else picture.time
+    milestones: dict[str, float]  # see StageRuntime.milestones
 
 
 class Job:
@@ -223,16 +104,11 @@ class Job:
         self.batch_frames = batch_frames
         self.logs = logs
         self.on_frame = on_frame or (lambda frames, faces: None)
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.clock = StageClock()
-        self.detected_batches: queue.Queue[TrackerInput] = queue.Queue()
-        self.to_encode: queue.Queue[EncoderInput | av.Packet] = queue.Queue()
+        self.runtime = StageRuntime()
+        self.detected_batches: queue.Queue[TrackerInput] = self.runtime.queue()
+        self.to_encode: queue.Queue[EncoderInput | av.Packet] = self.runtime.queue()
         self.slots = threading.Semaphore(frames_in_flight(len(pool.workers), batch_frames, tracker.lookahead))
         self.counts = {"frames": 0, "faces": 0, "with_faces": 0, "damaged": 0}
-        #: time.perf_counter() when the job started and when its first picture left each stage
-        #: (MILESTONES; "restored" only if a face was), for the start-up report: each stage sets its own.
-        self.milestones: dict[str, float] = {}
         # A resumed job encodes from ``start_frame``; the frames just before it are still detected
         # and tracked, so tracks and smoothing reach the first new frame as in an uninterrupted run.
         self.start_frame = start_frame * self.pictures_per_frame
@@ -241,19 +117,12 @@ class Job:
         # frames after it are tracked, as lookahead, and let go.
         self.stop_frame = None if stop_frame is None else stop_frame * self.pictures_per_frame
         self.pictures_end = 0  # the index after the latest picture decoded
-        # Stage threads running, counted by the stages themselves: an interrupted Thread.join()
-        # can report a thread as finished while it still runs, and a Ctrl-C inside Thread.start()
-        # leaves unknown whether the thread exists. Once shutting down, a stage that only then
-        # begins does nothing, so the count is exact when the shut-down reads it.
-        self.active = 0
-        self.shutting_down = False
-        self.running = threading.Condition()
 
     # ---- what the pool's workers report (scheduler.JobPort) ----------------------------------------
 
     @property
     def stopped(self) -> bool:
-        return self.stop.is_set()
+        return self.runtime.stopped
 
     def detected(self, result: Detected) -> None:
         self.detected_batches.put(result)
@@ -262,56 +131,15 @@ class Job:
         self.to_encode.put(result)
 
     def failed(self, error: BaseException) -> None:
-        self.errors.append(error)
-        self.stop.set()
+        self.runtime.fail(error)
 
     def busy(self, stage: str, seconds: float) -> None:
-        self.clock.add(stage, seconds)
-
-    # ---- helpers --------------------------------------------------------------------------------
-
-    def _get(self, q: queue.Queue) -> Any:
-        while True:
-            if self.stop.is_set():
-                raise Stopped
-            try:
-                return q.get(timeout=_POLL)
-            except queue.Empty:
-                continue
-
-    def _reached(self, milestone: str) -> None:
-        """Note the first time the job's pictures reach ``milestone`` (later times are not kept)."""
-        if milestone not in self.milestones:
-            self.milestones[milestone] = time.perf_counter()
+        self.runtime.add_busy(stage, seconds)
 
     def _encodes(self, index: int) -> bool:
         """Whether the picture at ``index`` is written: from ``start_frame`` (the ones before are a
         resumed job's context) up to the segment's end (a whole video's last)."""
         return self.start_frame <= index and (self.stop_frame is None or index < self.stop_frame)
-
-    def _acquire_slot(self) -> None:
-        while not self.slots.acquire(timeout=_POLL):
-            if self.stop.is_set():
-                raise Stopped
-
-    def _guard(self, stage: Callable[[], None]) -> Callable[[], None]:
-        def run() -> None:
-            with self.running:
-                if self.shutting_down:
-                    return
-                self.active += 1
-            try:
-                stage()
-            except Stopped:
-                pass
-            except BaseException as exc:  # every failure must stop the other stages and reach the caller
-                self.errors.append(exc)
-                self.stop.set()
-            finally:
-                with self.running:
-                    self.active -= 1
-                    self.running.notify_all()
-        return run
 
     # ---- stages ---------------------------------------------------------------------------------
 
@@ -325,25 +153,23 @@ class Job:
         batch: list[SourceFrame] = []  # to detect
         passing: list[SourceFrame] = []  # outside the time range's margin: to encode as decoded
         while True:
-            t0 = time.perf_counter()
-            item = next(items, None)
-            self.clock.add("decode", time.perf_counter() - t0)
+            with self.runtime.timed("decode"):
+                item = next(items, None)
             if item is None:
                 break
             if isinstance(item, av.Packet):
                 self.to_encode.put(item)
                 continue
-            self._reached("decoded")
-            t0 = time.perf_counter()
-            pictures = [item] if self.fields is None else split_fields(item, self.fields, self.field_time)
-            self.clock.add("decode", time.perf_counter() - t0)
+            self.runtime.reached("decoded")
+            with self.runtime.timed("decode"):
+                pictures = [item] if self.fields is None else split_fields(item, self.fields, self.field_time)
             for picture in pictures:
                 self.pictures_end = picture.index + 1
                 if self.origin is None:
                     self.origin = frame_time(picture)
                 if picture.index < self.first_tracked:
                     continue
-                self._acquire_slot()
+                self.runtime.acquire(self.slots)
                 if self.span is not None and not self.span.tracks(frame_time(picture) - self.origin):
                     if batch:
                         self.pool.submit(self, DetectBatch(batch))
@@ -357,9 +183,8 @@ class Job:
                     self.detected_batches.put(Passed(passing))
                     passing = []
                 if picture.buffers.state == "decoded":  # NVDEC's come staged
-                    t0 = time.perf_counter()
-                    self.pool.stage(picture)
-                    self.clock.add("decode", time.perf_counter() - t0)
+                    with self.runtime.timed("decode"):
+                        self.pool.stage(picture)
                 batch.append(picture)
                 if len(batch) == self.batch_frames:
                     self.pool.submit(self, DetectBatch(batch))
@@ -384,7 +209,7 @@ class Job:
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
             if done:
-                self._reached("tracked")
+                self.runtime.reached("tracked")
             for tracked in done:
                 source = sources.pop(tracked.index)
                 if not self._encodes(tracked.index):  # tracked only, as context for the frames written
@@ -407,7 +232,7 @@ class Job:
                 else:
                     batch.append((source, tracked))
                 if len(batch) == self.batch_frames:
-                    cut = _restore_cut([len(t.faces) for _, t in batch], self.pool.face_batch)
+                    cut = restore_cut([len(t.faces) for _, t in batch], self.pool.face_batch)
                     send(batch[:cut])
                     batch = batch[cut:]
                 # Faces may be sparse: a batch also leaves once its first frame is `batch` frames old,
@@ -431,7 +256,7 @@ class Job:
         self.tracker.prepare()
         total: int | None = None
         while total is None or next_index < total:
-            message = self._get(self.detected_batches)
+            message = self.runtime.get(self.detected_batches)
             if isinstance(message, DecodingDone):
                 total = message.pictures
                 continue
@@ -442,12 +267,11 @@ class Job:
                 if isinstance(batch_in, Passed):
                     pass_by(batch_in.frames)
                     continue
-                self._reached("detected")
-                t0 = time.perf_counter()
-                for source, found, thumbnail in zip(batch_in.frames, batch_in.faces, batch_in.thumbnails):
-                    sources[source.index] = source
-                    emit(self.tracker.push(source.index, source.time, found, thumbnail))
-                self.clock.add("track", time.perf_counter() - t0)
+                self.runtime.reached("detected")
+                with self.runtime.timed("track"):
+                    for source, found, thumbnail in zip(batch_in.frames, batch_in.faces, batch_in.thumbnails):
+                        sources[source.index] = source
+                        emit(self.tracker.push(source.index, source.time, found, thumbnail))
         emit(self.tracker.flush())
         if batch:
             send(batch)
@@ -459,7 +283,7 @@ class Job:
         total: int | None = None
         step = self.pictures_per_frame
         while total is None or next_index < total:
-            message = self._get(self.to_encode)
+            message = self.runtime.get(self.to_encode)
             if isinstance(message, av.Packet):
                 self.writer.write_packet(message)
                 continue
@@ -467,16 +291,15 @@ class Job:
                 total = message.pictures
             else:
                 if message.result is not None:
-                    self._reached("restored")
+                    self.runtime.reached("restored")
                 pending[message.source.index] = message
             while all(i in pending for i in range(next_index, next_index + step)):
                 pictures = [pending.pop(i) for i in range(next_index, next_index + step)]
                 frame = pictures[0] if step == 1 else woven_frame(pictures)
                 source, faces = frame.source, frame.result.faces if frame.result is not None else 0
-                t0 = time.perf_counter()
-                self.writer.write(source, frame.result.frame if frame.result is not None else None)
-                self.clock.add("encode", time.perf_counter() - t0)
-                self._reached("written")
+                with self.runtime.timed("encode"):
+                    self.writer.write(source, frame.result.frame if frame.result is not None else None)
+                self.runtime.reached("written")
                 self.counts["frames"] += 1
                 self.counts["faces"] += faces
                 self.counts["with_faces"] += bool(faces)
@@ -485,56 +308,23 @@ class Job:
                 for _ in pictures:
                     self.slots.release()
                 next_index += step
-        t0 = time.perf_counter()
-        self.writer.close()
-        self.clock.add("encode", time.perf_counter() - t0)
+        with self.runtime.timed("encode"):
+            self.writer.close()
 
     # ---- running --------------------------------------------------------------------------------
 
     def run(self) -> PipelineResult:
-        start = time.perf_counter()
-        self.milestones["started"] = start
-        threads = [threading.Thread(target=self._guard(self._decode), name="decode"),
-                   threading.Thread(target=self._guard(self._track), name="track"),
-                   threading.Thread(target=self._guard(self._encode), name="encode")]
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                while t.is_alive():
-                    t.join(timeout=_POLL)
-        except BaseException:  # Ctrl-C lands in the main thread: stop the stages, then let it propagate
-            self._shut_down(threads)
-            raise
-        if self.errors:
-            self._shut_down(threads)
-            raise self.errors[0]
+        seconds = self.runtime.run({"decode": self._decode, "track": self._track, "encode": self._encode},
+                                   on_stop=self._let_go)
         for log in self.logs:
             log.close()
         return PipelineResult(self.counts["frames"], self.counts["faces"], self.counts["with_faces"],
-                              self.counts["damaged"], time.perf_counter() - start, dict(self.clock.busy),
-                              dict(self.milestones))
+                              self.counts["damaged"], seconds, dict(self.runtime.busy), dict(self.runtime.milestones))
 
-    def _shut_down(self, threads: list[threading.Thread]) -> None:
-        """Stop every stage and wait for it, even through another Ctrl-C, before the files go:
-        a stage still inside FFmpeg when its container closes would crash the process."""
-        self.stop.set()
-        while True:
-            try:
-                with self.running:
-                    self.shutting_down = True
-                    while self.active:
-                        self.running.wait(timeout=_POLL)
-                break
-            except KeyboardInterrupt:
-                continue
-        for t in threads:
-            if t.ident is not None:
-                t.join()
-        self.pool.forget(self)  # frames and packets go while FFmpeg is open
-        for q in (self.detected_batches, self.to_encode):
-            while not q.empty():
-                q.get_nowait()
+    def _let_go(self) -> None:
+        """After a stop: the pool drops this job's work (its frames and packets go while FFmpeg is
+        open), and nothing is left at OUTPUT or in the logs."""
+        self.pool.forget(self)
         self.writer.abort()
         for log in self.logs:
             log.abort()

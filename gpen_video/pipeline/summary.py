@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..faces.select import TrackSurvey
-from .job import MILESTONES
+from .runtime import MILESTONES
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Summary:
     truncated: str = ""  # why the input ended early (--allow-truncated), or ""
     #: Seconds the engine's start took in this job (weights, workers: building and compiling), if it started here.
     startup: dict[str, float] = field(default_factory=dict)
-    #: time.perf_counter() when the job started and when its first picture left each stage (job.MILESTONES).
+    #: time.perf_counter() when the job started and when its first picture left each stage (runtime.MILESTONES).
     milestones: dict[str, float] = field(default_factory=dict)
     choice: str = ""  # which tracks were restored, where --faces or --tracks chose
     tracks_found: TrackSurvey | None = None  # --detect-only: the tracks found (nothing restored)
