@@ -1,8 +1,10 @@
 """Another version's outputs beside this one's, sample for sample: a restructuring must change no
 output. Each version (a folder holding its ``gpen_video``, e.g. from ``git archive REV gpen_video``)
 runs the command line, in a process of its own, on the same inputs in each way a user runs it: a
-render, a ``--resume`` render in segments, a batch of a folder (two videos and a photo), a photo,
-and with ``--ray`` a batch on a local Ray cluster. Every output is then decoded and compared:
+render, a ``--resume`` render in segments, a render of a time range, a render of the largest face
+(after the first pass that chooses it), a ``--preview`` sheet, ``--detect-only``'s tracks file,
+a batch of a folder (two videos and a photo), a photo, and with ``--ray`` a batch on a local Ray
+cluster. Every output is then decoded and compared:
 each video frame's planes, every timestamp, and the other streams' packets, byte for byte. Video
 is encoded with FFV1: x264's output differs from run to run of the same version (its threads),
 so only a lossless, deterministic encoder compares versions sample for sample.
@@ -16,6 +18,7 @@ Runs on the CPU (``--device cpu``) unless ``--gpu``: the comparison needs no spe
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -50,13 +53,13 @@ def video_difference(old: Path, new: Path) -> str:
             frames += 1
         if a.streams.video[0].frames != b.streams.video[0].frames:
             return f"{a.streams.video[0].frames} against {b.streams.video[0].frames} frames"
-        others = [s for s in a.streams if s.type != "video"]
-    for stream in others:
+        others = [(s.index, s.type) for s in a.streams if s.type != "video"]
+    for index, kind in others:
         with av.open(str(old)) as a, av.open(str(new)) as b:
-            left = [(bytes(p), p.pts) for p in a.demux(a.streams[stream.index]) if p.size]
-            right = [(bytes(p), p.pts) for p in b.demux(b.streams[stream.index]) if p.size]
+            left = [(bytes(p), p.pts) for p in a.demux(a.streams[index]) if p.size]
+            right = [(bytes(p), p.pts) for p in b.demux(b.streams[index]) if p.size]
         if left != right:
-            return f"stream {stream.index} ({stream.type})"
+            return f"stream {index} ({kind})"
     return ""
 
 
@@ -100,6 +103,11 @@ def main() -> None:
             clip = inputs / VIDEOS[0]
             run_cli(root, clip, out / "render.mp4", *flags)
             run_cli(root, clip, out / "resume.mp4", "--resume", "--segment-frames", 20, *flags)
+            run_cli(root, clip, out / "range.mp4", "--start", args.seconds / 4, "--end", args.seconds / 2, *flags)
+            crowd = inputs / VIDEOS[1]
+            run_cli(root, crowd, out / "largest.mp4", "--faces", "largest", *flags)
+            run_cli(root, crowd, out / "preview.png", "--preview", 3, *flags)
+            run_cli(root, crowd, "--detect-only", "--tracks-out", out / "tracks.json", *flags)
             run_cli(root, inputs / PHOTO.name, out / "photo.png", *flags)
             run_cli(root, inputs, out / "batch", *flags)
             if args.ray:
@@ -110,6 +118,9 @@ def main() -> None:
                 differences[str(path)] = "missing"
             elif path.suffix in (".png", ".jpg"):
                 differences[str(path)] = image_difference(old / path, new / path)
+            elif path.suffix == ".json":
+                same = json.loads((old / path).read_text()) == json.loads((new / path).read_text())
+                differences[str(path)] = "" if same else "records"
             else:
                 differences[str(path)] = video_difference(old / path, new / path)
     print("| output | against the old version |\n|---|---|")

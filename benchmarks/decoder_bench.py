@@ -33,7 +33,8 @@ from thread_cpu import ThreadCPU
 from gpen_video.api import restore_video
 from gpen_video.media.decoders import choose_decoder
 from gpen_video.media.demux import demux
-from gpen_video.media.probe import open_input, probe
+from gpen_video.media.opening import open_input
+from gpen_video.media.probe import probe
 from gpen_video.model.weights import read_state_dict
 from gpen_video.options import RestoreOptions
 from gpen_video.worker.restorer import FaceRestorer

@@ -17,7 +17,8 @@ from gpen_video.faces.align import invert_affine, reference_points, similarity_t
 from gpen_video.faces.detect import FaceDetector
 from gpen_video.media.demux import demux
 from gpen_video.media.frames import SourceFrame
-from gpen_video.media.probe import open_input, probe
+from gpen_video.media.opening import open_input
+from gpen_video.media.probe import probe
 from gpen_video.media.writer import VideoWriter
 from gpen_video.model.reference import GPEN
 from gpen_video.model.weights import load_gpen_weights

@@ -15,14 +15,8 @@ import torch
 
 from gpen_video.errors import UsageError
 from gpen_video.media.colour import frame_planes
-from gpen_video.media.decoders import (
-    StreamTraits,
-    choose_decoder,
-    needs_annexb,
-    nv12_to_planes,
-    picture_template,
-    stream_refusal,
-)
+from gpen_video.media.decoders import StreamTraits, choose_decoder, stream_refusal
+from gpen_video.media.nvdec import needs_annexb, nv12_to_planes, picture_template
 from gpen_video.media.probe import probe
 
 from . import corpus

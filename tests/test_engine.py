@@ -114,16 +114,16 @@ def test_an_engine_that_has_not_run_a_job_has_loaded_nothing(small_gpen, tmp_pat
 def test_compile_auto_compiles_only_for_enough_work(small_gpen, tmp_path, monkeypatch):
     """A 31-frame clip does not wait seconds of compiling to save a fraction of one; a long job,
     or a batch, does; an empty compile cache (a machine's first run) asks for more work first."""
-    from gpen_video.pipeline.engine import COMPILE_FROM_FRAMES
+    from gpen_video.pipeline.workers import COMPILE_FROM_FRAMES
 
     cache = tmp_path / "compile-cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
     engine = Engine(_options(small_gpen), progress=False)
     cold, warm = COMPILE_FROM_FRAMES["cold"], COMPILE_FROM_FRAMES["warm"]
-    assert [engine.compiles(n) for n in (1, 31, warm, cold - 1, cold, None)] == [False] * 4 + [True] * 2
+    assert [engine.workers.compiles(n) for n in (1, 31, warm, cold - 1, cold, None)] == [False] * 4 + [True] * 2
     cache.mkdir()
     (cache / "fxgraph").mkdir()
-    assert [engine.compiles(n) for n in (31, warm - 1, warm)] == [False, False, True]
+    assert [engine.workers.compiles(n) for n in (31, warm - 1, warm)] == [False, False, True]
     for setting, expected in (("on", True), ("off", False)):
         forced = Engine(dataclasses.replace(_options(small_gpen), compile=setting), progress=False)
-        assert forced.compiles(1) is forced.compiles(10**6) is expected
+        assert forced.workers.compiles(1) is forced.workers.compiles(10**6) is expected

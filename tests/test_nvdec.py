@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from gpen_video.media.colour import frame_planes
-from gpen_video.media.decoders import choose_decoder, nvdec_module
+from gpen_video.media.decoders import choose_decoder
 from gpen_video.media.demux import demux
+from gpen_video.media.nvdec import nvdec_module
 from gpen_video.media.probe import probe
 
 from . import corpus

@@ -75,7 +75,7 @@ def test_a_worker_process_that_dies_stops_its_job_with_its_own_error(small_gpen,
 
         def kill_after_some_frames(done: int, found: int) -> None:
             if not killed:
-                process = engine._pool.workers[0].process
+                process = engine.workers._pool.workers[0].process
                 os.kill(process.pid, signal.SIGKILL)
                 killed.append(process)
 
@@ -83,7 +83,7 @@ def test_a_worker_process_that_dies_stops_its_job_with_its_own_error(small_gpen,
             engine.restore(SAMPLE, out, on_frame=kill_after_some_frames)
         assert killed and not out.exists() and sorted(tmp_path.iterdir()) == [whole.parent]
         engine.restore(SAMPLE, out)
-        assert engine._pool.workers[0].process.pid != killed[0].pid
+        assert engine.workers._pool.workers[0].process.pid != killed[0].pid
     assert _frames(out) == _frames(whole)
 
 

@@ -14,7 +14,8 @@ from gpen_video.errors import OutputError
 from gpen_video.media.colour import frame_planes, planes_to_frame
 from gpen_video.media.demux import demux, read_frames
 from gpen_video.media.frames import SourceFrame
-from gpen_video.media.probe import open_input, probe
+from gpen_video.media.opening import open_input
+from gpen_video.media.probe import probe
 from gpen_video.media.writer import VideoWriter
 from gpen_video.options import RestoreOptions
 

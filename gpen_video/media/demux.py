@@ -16,7 +16,7 @@ from ..errors import InputError, failures_as
 from .colour import Orientation, PlaneLayout, as_planar_yuv, frame_planes, planes_to_frame
 from .decoders import CPU_DECODING, DecoderChoice
 from .frames import SourceFrame
-from .probe import open_input, video_stream
+from .opening import open_input, video_stream
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 
 import av
 
+from ..errors import OutputError
+
+#: Visually lossless defaults per encoder family.
+DEFAULT_CRF = {"libx264": 18, "libx265": 20, "libvpx-vp9": 20, "libsvtav1": 24}
+DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hevc_nvenc": "p5", "libsvtav1": "8"}
 #: Container (by extension) -> the encoders tried when the input's own codec cannot be followed:
 #: the first that keeps the input's pixel format whole, else the first (AV1 keeps 10-bit in WebM,
 #: where this FFmpeg's VP9 takes 8 bits only; x265 keeps 12-bit where x264 stops at 10).
@@ -127,6 +132,42 @@ def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, 
         how = "losslessly as h264 (libx264 at CRF 0)" if lossless else f"as {_format_name(fallback)} ({fallback})"
         warnings.append(f"{ext} cannot hold the input's {name} video; it is encoded {how}")
     return EncoderChoice(fallback, lossless=lossless, warnings=warnings)
+
+
+def checked_encoder(name: str, ext: str, allowed: frozenset[str], preset: str | None, crf: int | None
+                    ) -> av.codec.Codec:
+    """The encoder ``name``, once it is known to exist, to encode video that an ``ext`` file can
+    hold, and to take ``--preset`` and ``--crf`` if given: FFmpeg would drop an option the
+    encoder does not know without a word."""
+    try:
+        codec = av.codec.Codec(name, "w")
+    except Exception:
+        raise OutputError(f"encoder {name!r} is not available in this FFmpeg build") from None
+    if codec.type != "video":
+        raise OutputError(f"{name!r} is not a video encoder")
+    if codec.name not in allowed and codec.canonical_name not in allowed:
+        raise OutputError(f"a {ext} file cannot hold {codec.canonical_name} video; "
+                          f"use one of {', '.join(sorted(allowed))} or another extension")
+    for flag, value, takers in (("--preset", preset, DEFAULT_PRESET), ("--crf", crf, DEFAULT_CRF)):
+        if value is not None and codec.name not in takers:
+            raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
+    return codec
+
+
+def encoder_options(codec: str, choice: EncoderChoice, preset: str | None, crf: int | None) -> dict[str, str]:
+    """The encoder's options: what the input calls for, the quality (``crf``, else the codec's
+    visually lossless default, CRF 0 where standing in for a lossless codec) and the preset."""
+    options = dict(choice.options)
+    if crf is None:
+        crf = 0 if choice.lossless else DEFAULT_CRF.get(codec)
+    if crf is not None:
+        options["crf"] = str(crf)
+        if codec == "libvpx-vp9":
+            options["b"] = "0"  # constant quality, not a bit rate
+    preset = preset or DEFAULT_PRESET.get(codec)
+    if preset is not None:
+        options["preset"] = preset
+    return options
 
 
 def _format_name(encoder: str) -> str:

@@ -8,6 +8,7 @@ import dataclasses
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import av
 import numpy as np
@@ -15,6 +16,16 @@ import torch
 
 from .colour import FieldLines, PlaneLayout, to_rgb
 from .fields import FieldOrder, field_frame
+
+
+class Decoded(NamedTuple):
+    """A decoded picture, and (from NVDEC) its planes already packed on the GPU for the workers,
+    and whether its packet came flagged as damaged by the container (NVDEC reports no concealment
+    of its own; libavcodec's frames say so themselves)."""
+
+    frame: av.VideoFrame
+    staged: torch.Tensor | None = None
+    damaged: bool = False
 
 
 class FrameBuffers:

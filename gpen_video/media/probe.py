@@ -15,7 +15,7 @@ from .colour import Orientation, display_matrix, shown_width
 from .decoders import CpuDecoder, StreamTraits
 from .fields import FieldOrder
 from .hdr import HdrMetadata
-from .streams import is_cover_art
+from .opening import open_input, video_stream
 
 #: Frame side data that encoders write back from each frame: closed captions, the active format
 #: description, SMPTE timecode. Restored frames are given the decoded frames' (media/writer.py).
@@ -61,38 +61,6 @@ class VideoInfo:
     def fps(self) -> float:
         return float(self.average_rate) if self.average_rate else 25.0
 
-
-
-def open_input(path: str | Path) -> av.container.InputContainer:
-    """Open a media file, turning FFmpeg's many failure modes into one clear error."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"input not found: {path}")
-    if path.is_dir():
-        raise InputError(f"input is a directory, not a video: {path}")
-    if path.stat().st_size == 0:
-        raise InputError(f"input is an empty file: {path}")
-    try:
-        container = av.open(str(path))
-    except av.FFmpegError as exc:
-        raise InputError(f"cannot read {path} as a video: {exc.strerror or exc}") from None
-    try:
-        stream = video_stream(container)
-    except InputError:
-        container.close()
-        raise
-    stream.thread_type = "AUTO"  # frame and slice threads: decoding is a CPU stage
-    return container
-
-
-def video_stream(container: av.container.Container) -> av.video.stream.VideoStream:
-    """The video to restore: the first video stream that is not cover art (an MP3's or an MP4's
-    artwork is a one-picture "video" stream)."""
-    for stream in container.streams.video:
-        if not is_cover_art(stream):
-            return stream
-    artwork = " (only cover art)" if container.streams.video else ""
-    raise InputError(f"{container.name} has no video stream{artwork}")
 
 
 def probe(path: str | Path) -> VideoInfo:

@@ -13,7 +13,7 @@ from ..errors import InputError
 from .colour import Orientation, PlaneLayout, as_planar_yuv, display_matrix
 from .decoders import CpuDecoder
 from .frames import SourceFrame
-from .probe import open_input, video_stream
+from .opening import open_input, video_stream
 
 
 @dataclass

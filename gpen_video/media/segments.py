@@ -23,7 +23,7 @@ import av
 from ..errors import OutputError, failures_as
 from .demux import SeekPoint
 from .frames import SourceFrame
-from .probe import open_input, video_stream
+from .opening import open_input, video_stream
 from .writer import WRITE_FAILURES, VideoWriter
 
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size

@@ -22,6 +22,7 @@ import av
 
 from .containers import CONTAINERS, ContainerRules
 from .isobmff import BoxError, Track, read_tracks
+from .opening import is_cover_art, open_input
 
 #: Re-encoded audio's bit rate.
 AUDIO_BIT_RATE = 256_000
@@ -50,11 +51,6 @@ _QUICKTIME_LANGUAGE = {"deu": "ger", "nld": "dut", "ell": "gre", "isl": "ice", "
 def own_metadata(metadata: dict[str, str]) -> dict[str, str]:
     """``metadata`` less what a muxer writes of itself (it would describe the input's muxer)."""
     return {k: v for k, v in metadata.items() if k.lower() not in _OWN_KEYS}
-
-
-def is_cover_art(stream: av.stream.Stream) -> bool:
-    """A still picture shown as the file's artwork (MP3 and MP4 cover art), not a video."""
-    return stream.type == "video" and bool(stream.disposition & av.stream.Disposition.attached_pic)
 
 
 def _audio_layout(layout: av.AudioLayout) -> av.AudioLayout:
@@ -92,7 +88,7 @@ class _AudioTranscoder:
 
 def _first_packet(path: str, index: int) -> bytes:
     """The data of stream ``index``'s first packet (a cover picture's only one), read apart."""
-    with av.open(path) as container:
+    with open_input(path) as container:
         stream = container.streams[index]
         for packet in container.demux(stream):
             if packet.size:

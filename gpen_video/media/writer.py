@@ -19,13 +19,15 @@ from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame
 from .containers import CONTAINERS, ContainerRules
 from .fields import FieldStamp, reformat_fields
 from .fields import encoder_params as interlaced_params
-from .formats import choose_encoder, pick_pix_fmt
+from .formats import checked_encoder, choose_encoder, encoder_options, pick_pix_fmt
 from .frames import SourceFrame
 from .hdr import PARAMS_OPTION
-from .isobmff import BoxError, Track, add_sample_entry_boxes
-from .matroska import MatroskaError, add_display_size, add_hdr_metadata, add_video_elements, read_video_elements
+from .headers import write_headers
+from .isobmff import Track
+from .matroska import read_video_elements
+from .opening import video_stream
 from .outputs import AbortedOnError, OutputClaim, partial_path, remove_stale_partials
-from .probe import VideoInfo, video_stream
+from .probe import VideoInfo
 from .spatial import SpatialLayout
 from .streams import CompanionStreams, mp4_tracks
 
@@ -35,9 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-#: Visually lossless defaults per encoder family.
-DEFAULT_CRF = {"libx264": 18, "libx265": 20, "libvpx-vp9": 20, "libsvtav1": 24}
-DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hevc_nvenc": "p5", "libsvtav1": "8"}
 #: Encoders that write each frame's A53 closed captions into the bitstream (x264 and x265 as
 #: SEI, MPEG-2 as picture user data, NVENC as SEI).
 CAPTION_WRITERS = frozenset({"libx264", "libx265", "mpeg2video", "h264_nvenc", "hevc_nvenc"})
@@ -97,20 +96,7 @@ class VideoWriter(AbortedOnError):
         rules = CONTAINERS[ext]
         src_video = video_stream(source)
         choice = choose_encoder(ext, rules.video, src_video, settings.codec, info.pix_fmt)
-        try:
-            codec = av.codec.Codec(choice.codec, "w")
-        except Exception:
-            raise OutputError(f"encoder {choice.codec!r} is not available in this FFmpeg build") from None
-        if codec.type != "video":
-            raise OutputError(f"{choice.codec!r} is not a video encoder")
-        if codec.name not in rules.video and codec.canonical_name not in rules.video:
-            raise OutputError(f"a {ext} file cannot hold {codec.canonical_name} video; "
-                              f"use one of {', '.join(sorted(rules.video))} or another extension")
-        # An option the encoder does not know would be dropped without a word by FFmpeg.
-        for flag, value, takers in (("--preset", settings.preset, DEFAULT_PRESET),
-                                    ("--crf", settings.crf, DEFAULT_CRF)):
-            if value is not None and codec.name not in takers:
-                raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
+        codec = checked_encoder(choice.codec, ext, rules.video, settings.preset, settings.crf)
         for message in choice.warnings:
             self._warn(message)
         if settings.pix_fmt:
@@ -230,19 +216,9 @@ class VideoWriter(AbortedOnError):
         if settings.encoder_threads:
             cc.thread_count = settings.encoder_threads
         cc.thread_type = THREAD_TYPE
-        options = dict(choice.options)
-        crf = settings.crf
-        if crf is None:
-            crf = 0 if choice.lossless else DEFAULT_CRF.get(codec.name)
-        if crf is not None:
-            options["crf"] = str(crf)
-            if codec.name == "libvpx-vp9":
-                options["b"] = "0"
+        options = encoder_options(codec.name, choice, settings.preset, settings.crf)
         if info.captions and codec.name == "libx265":
             options["a53cc"] = "1"  # off by default in FFmpeg's x265 wrapper, on in the others
-        preset = settings.preset or DEFAULT_PRESET.get(codec.name)
-        if preset is not None:
-            options["preset"] = preset
         params = ["log-level=error"] if codec.name == "libx265" else []  # x265 prints its statistics otherwise
         if codec.name == "libsvtav1":
             os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints its whole configuration otherwise
@@ -343,12 +319,12 @@ class VideoWriter(AbortedOnError):
                 self._pending += self.companions.flush()
                 self._mux_pending(None)
                 self.container.close()
-                if self.info.hdr is not None:
-                    self._write_hdr_header()
-                if self.spatial is not None:
-                    self._write_spatial_layout()
-                if self.anamorphic and self.output.suffix.lower() in (".mkv", ".webm"):
-                    self._write_display_size()
+                cc = self.video.codec_context
+                shown = (shown_width(cc.width, cc.sample_aspect_ratio), cc.height) if self.anamorphic else None
+                for message in write_headers(self.tmp, self.output.suffix.lower(), self.info, bool(self.hdr_params),
+                                             self.spatial, shown):
+                    log.warning(message)
+                    self.warnings.append(message)
         except BaseException:
             self.abort()
             raise
@@ -357,49 +333,6 @@ class VideoWriter(AbortedOnError):
                 self.claim.publish(self.tmp)
         finally:
             self.tmp.unlink(missing_ok=True)
-
-    def _write_hdr_header(self) -> None:
-        """The input's HDR10 metadata into the finished file's header: the video sample entry's
-        boxes in MP4/MOV (media/isobmff.py), the video track's Colour in Matroska/WebM
-        (media/matroska.py). A file laid out otherwise keeps what the bitstream holds, with a
-        warning."""
-        hdr, ext = self.info.hdr, self.output.suffix.lower()
-        try:
-            if ext in (".mp4", ".mov"):
-                add_sample_entry_boxes(self.tmp, hdr.sample_entry_boxes())
-            else:
-                add_hdr_metadata(self.tmp, hdr)
-        except (BoxError, MatroskaError) as exc:
-            kept = "it travels in the bitstream only" if self.hdr_params else "it is left out"
-            message = (f"the HDR10 {hdr.describe()} metadata could not be written into the {ext} header "
-                       f"({exc}); {kept}")
-            log.warning(message)
-            self.warnings.append(message)
-
-    def _write_spatial_layout(self) -> None:
-        """The input's 360° and stereo 3D layout into the finished file's header: the video sample
-        entry's ``sv3d`` and ``st3d`` in MP4/MOV, the video track's ``Projection`` and ``StereoMode``
-        in Matroska/WebM. FFmpeg's muxers write them only from stream side data PyAV cannot set."""
-        try:
-            if self.output.suffix.lower() in (".mp4", ".mov"):
-                add_sample_entry_boxes(self.tmp, self.spatial.mp4_boxes())
-            else:
-                add_video_elements(self.tmp, self.spatial.matroska_elements())
-        except (BoxError, MatroskaError) as exc:
-            message = f"the {' and '.join(self.info.spatial)} metadata could not be written ({exc})"
-            log.warning(message)
-            self.warnings.append(message)
-
-    def _write_display_size(self) -> None:
-        """Non-square pixels into the Matroska header as the shown size (the bitstream says it
-        too where the codec has a place for it: H.264, HEVC, MPEG-2, FFV1 3, DV)."""
-        cc = self.video.codec_context
-        try:
-            add_display_size(self.tmp, shown_width(cc.width, cc.sample_aspect_ratio), cc.height)
-        except MatroskaError as exc:
-            message = f"the sample aspect ratio could not be written into the Matroska header ({exc})"
-            log.warning(message)
-            self.warnings.append(message)
 
     def abort(self) -> None:
         """Drop the partial output."""

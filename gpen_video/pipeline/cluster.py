@@ -34,7 +34,8 @@ from ..errors import InputError, UsageError, error_line
 from ..faces.track import FaceTracker
 from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
-from ..media.probe import VideoInfo, open_input, probe
+from ..media.opening import open_input
+from ..media.probe import VideoInfo, probe
 from ..media.segments import SegmentUnit, assemble, plan_segments, work_dir_for
 from ..media.writer import VideoWriter
 from ..options import JobOptions, RestoreOptions

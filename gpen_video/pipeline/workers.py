@@ -1,0 +1,138 @@
+"""The engine's workers over their life: built on first use (compiled or not, by ``--compile``),
+GPEN loaded into them when a job first restores, rebuilt once a worker process has died, and
+the jobs running on them, which an interrupt stops."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+from ..faces.detect import detector_weights
+from ..faces.track import FaceTracker
+from ..model.weights import load_gpen_weights
+from ..options import RestoreOptions
+from ..worker.device import DeviceWorker
+from ..worker.messages import Worker
+from ..worker.process import process_workers
+from ..worker.restorer import compile_cache
+from .job import Job
+from .scheduler import WorkerPool
+
+log = logging.getLogger(__name__)
+#: ``--compile auto`` compiles from this many frames of work (a frame has a face or more). Eager
+#: GPEN runs its elementwise work in fused Triton kernels, so compiling saves only 0.32 ms a face
+#: (897 against 699 faces/s, run BQ), while its first frame comes 5.1 s later with a warm compile
+#: cache and 23.7 s with a cold one (run AS): it pays from ~16 000 faces warm, ~75 000 cold
+#: (BENCHMARKS.md). A one-face render, bound by its encoder, gains nothing measurable.
+COMPILE_FROM_FRAMES = {"warm": 16000, "cold": 75000}
+
+
+class Workers:
+    """One worker per device entry of ``options``, shared by every job of an engine."""
+
+    def __init__(self, options: RestoreOptions, devices: list[str], progress: bool) -> None:
+        self.options = options
+        self.devices = devices
+        self.progress = progress
+        self._pool: WorkerPool | None = None
+        self._building = threading.Lock()  # jobs starting at once build the workers once
+        self._retired: list[WorkerPool] = []  # pools with a dead worker, still used by running jobs
+        self._jobs: set[Job] = set()  # running, for interrupt()
+        self._jobs_lock = threading.Lock()
+        self._interrupted = False
+        self._startup: dict[str, float] = {}  # how the first job's start-up went, until it reports it
+
+    def compiles(self, frames: int | None) -> bool:
+        """Whether GPU workers compile, for ``frames`` of work (None: unknown, taken as long)."""
+        if self.options.compile != "auto":
+            return self.options.compile == "on"
+        cache = compile_cache()
+        warm = cache.is_dir() and any(cache.iterdir())
+        return frames is None or frames >= COMPILE_FROM_FRAMES["warm" if warm else "cold"]
+
+    def pool(self, frames: int | None, restoring: bool = True) -> WorkerPool:
+        """The workers, built on first use (compiled for ``frames`` of work), then the same for
+        every job, unless a worker process has died: the next job then starts them all again. A
+        job that restores has GPEN loaded into them (its weights downloaded on first use); one
+        that only finds faces does not."""
+        with self._building:
+            if self._pool is not None and not self._pool.alive:
+                log.warning("a worker process has died: starting the workers again")
+                self._retire(self._pool)
+                self._pool = None
+            if self._pool is None:
+                # The tracker's imports (SciPy, up to a second beside the other stages' start) run
+                # while the workers start, not on the first frame's way: the first job's track
+                # thread then finds them done, or waits only for the rest of them.
+                threading.Thread(target=FaceTracker.prepare, name="tracker-imports").start()
+                start = time.perf_counter()
+                self._pool = WorkerPool(self._new_workers(self.compiles(frames)))
+                self._startup["workers"] = time.perf_counter() - start
+            workers = self._pool.workers
+            if restoring and not all(w.restores for w in workers):
+                start = time.perf_counter()
+                state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
+                loaded = time.perf_counter()
+                for loading in [worker.load_restorer(state_dict) for worker in workers]:
+                    loading.result()
+                label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
+                self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
+            return self._pool
+
+    def _new_workers(self, compiled: bool) -> list[Worker]:
+        """A worker per device entry, in this process's threads or in processes of their own."""
+        if self.options.worker == "thread":
+            return [DeviceWorker(self.options, device, compiled) for device in self.devices]
+        # The processes load the detector from a file: fetched here, once, with this run's progress.
+        path = detector_weights(self.options.detector, self.options.detector_weights, self.progress)
+        return process_workers(replace(self.options, detector_weights=path), self.devices, compiled)
+
+    def take_startup(self) -> dict[str, float]:
+        """How the workers' start went, for the first job that reports it (then empty)."""
+        startup, self._startup = self._startup, {}
+        return startup
+
+    @contextlib.contextmanager
+    def running(self, job: Job) -> Iterator[None]:
+        """``job`` runs in the block: an interrupt stops it, and pools retired meanwhile close
+        once it ends. Raises KeyboardInterrupt if the engine was interrupted already."""
+        with self._jobs_lock:
+            if self._interrupted:
+                raise KeyboardInterrupt
+            self._jobs.add(job)
+        try:
+            yield
+        finally:
+            with self._jobs_lock:
+                self._jobs.discard(job)
+            self._close_retired()
+
+    def interrupt(self) -> None:
+        """Stop every running job as Ctrl-C would, and any that starts later."""
+        with self._jobs_lock:
+            self._interrupted = True
+            for job in self._jobs:
+                job.failed(KeyboardInterrupt())
+
+    def _retire(self, pool: WorkerPool) -> None:
+        """A pool with a dead worker: closed now, or by its last running job (which fails on it)."""
+        with self._jobs_lock:
+            self._retired.append(pool)
+        self._close_retired()
+
+    def _close_retired(self) -> None:
+        """Close the retired pools that no running job uses any more."""
+        with self._jobs_lock:
+            idle = [p for p in self._retired if not any(job.pool is p for job in self._jobs)]
+            self._retired = [p for p in self._retired if p not in idle]
+        for pool in idle:
+            pool.close()
+
+    def close(self) -> None:
+        """Stop the workers' threads (once no job runs)."""
+        for pool in [*self._retired, *([self._pool] if self._pool is not None else [])]:
+            pool.close()
