@@ -28,16 +28,34 @@ SEGMENT_FRAMES = 1500
 Check = Callable[[Any], str | None]  # a value -> what is wrong with it, or None
 
 
-def _at_least(low: float, what: str = "") -> Check:
-    return lambda v: None if v is None or v >= low else f"must be {what or f'at least {low}'}, got {v}"
+@dataclass(frozen=True)
+class Range:
+    """A number's allowed range, as a check and as the words ``--help`` shows for it."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False  # the low end itself is not allowed
+    what: str = ""  # how a message names the range, where its numbers alone say it badly
+
+    def __call__(self, value: float | None) -> str | None:
+        if value is None:
+            return None
+        if value < self.low or (self.low_open and value == self.low) or (self.high is not None and value > self.high):
+            return f"must be {self.what or self.describe()}, got {value}"
+        return None
+
+    def describe(self) -> str:
+        if self.high is None:
+            return f"at least {self.low:g}" if not self.low_open else f"more than {self.low:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
 
 
-def _between(low: float, high: float) -> Check:
-    return lambda v: None if v is None or low <= v <= high else f"must be in [{low}, {high}], got {v}"
+def _at_least(low: float, what: str = "") -> Range:
+    return Range(low, what=what)
 
 
-def _positive_threshold(v: float) -> str | None:
-    return None if 0 < v <= 1 else f"must be in (0, 1], got {v}"
+def _between(low: float, high: float) -> Range:
+    return Range(low, high)
 
 
 def _numbers(flag: str, example: str) -> Callable[[str], tuple[int, ...]]:
@@ -133,7 +151,7 @@ class RestoreOptions(_Checked):
     detector: str = option(DEFAULT_DETECTOR, "face detector", "faces", choices=DETECTORS)
     detector_weights: Path | None = option(None, "detector checkpoint file (never downloads)", "faces")
     threshold: float = option(DEFAULT_THRESHOLD, "detection confidence (default 0.9, as GPEN)", "faces",
-                              check=_positive_threshold)
+                              check=Range(0.0, 1.0, low_open=True))
     min_face: float = option(0.0, "ignore faces smaller than this many pixels", "faces", check=_at_least(0))
     max_faces: int | None = option(None, "restore at most this many faces per frame (largest score first)",
                                    "faces", check=_at_least(1, "a positive integer"))

@@ -82,6 +82,32 @@ def test_other_codecs_restore_every_frame_and_stay_quiet(small_gpen, tmp_path, c
         assert sum(1 for _ in container.decode(video=0)) == 100
 
 
+def test_help_shows_each_default_and_range_and_python_m_runs_the_command():
+    """Every option says what it is when not given, and what it takes."""
+    out = gpen_video("--help").stdout
+    flat = " ".join(out.split())
+    for shown in ("--model NAME official GPEN checkpoint (one of GPEN-BFR-256", "default: GPEN-BFR-512)",
+                  "default: retinaface-r50)", "(in [0, 1]; default: 1.0)", "(at least 0; default: 1.0)",
+                  "(at least 1; default: 16)", "(in [1, 8]; default: 2)", "(one of all, largest, center; default: all)",
+                  "(one of box, parse; default: box)"):
+        assert shown in flat, shown
+    assert out.startswith("usage: gpen-video [options] INPUT OUTPUT\n")
+    assert len(out.split("\n\n")[0].splitlines()) == 3  # a short usage block
+    module = subprocess.run([sys.executable, "-m", "gpen_video", "--version"], capture_output=True, text=True)
+    assert module.returncode == 0 and module.stdout.startswith("gpen-video ")
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    ("--strenght", "gpen-video: error: unknown option --strenght; did you mean --strength?"),
+    ("--strengt", "gpen-video: error: unknown option --strengt; did you mean --strength?"),  # no abbreviations
+    ("--colour-boost", "gpen-video: error: unknown option --colour-boost; gpen-video --help lists the options"),
+])
+def test_an_unknown_option_is_one_line_naming_the_nearest(tmp_path, typed, said):
+    run = gpen_video(tmp_path / "a.mp4", tmp_path / "b.mp4", typed, "0.5")
+    assert run.returncode == 2 and run.stderr.strip() == said
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_usage_errors_exit_2():
     run = gpen_video("only-one-argument.mp4")
     assert run.returncode == 2 and "usage:" in run.stderr

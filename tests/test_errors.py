@@ -79,7 +79,7 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
         "truncated checkpoint": ([SAMPLE, out, "--weights", cut], "truncated or corrupt"),
         "missing gpu": ([SAMPLE, out, "--gpus", "7"], "GPU 7 does not exist"),
         "zero batch": ([SAMPLE, out, "--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
-        "strength above 1": ([SAMPLE, out, "--strength", "1.5"], "--strength must be in [0.0, 1.0], got 1.5"),
+        "strength above 1": ([SAMPLE, out, "--strength", "1.5"], "--strength must be in [0, 1], got 1.5"),
         "negative encoder threads": ([SAMPLE, out, "--encoder-threads", "-1"],
                                      "--encoder-threads must be at least 0, got -1"),
         "preset the codec lacks": ([SAMPLE, tmp / "out.mov", "--codec", "prores_ks", "--preset", "hq"],

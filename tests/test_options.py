@@ -95,7 +95,7 @@ def test_changing_any_option_changes_the_resume_fingerprint():
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"batch_size": 0}, "--batch-size must be a positive integer, got 0"),
-    ({"strength": 1.5}, r"--strength must be in \[0.0, 1.0\], got 1.5"),
+    ({"strength": 1.5}, r"--strength must be in \[0, 1\], got 1.5"),
     ({"threshold": 0.0}, r"--threshold must be in \(0, 1\], got 0.0"),
     ({"detector": "yolo"}, "--detector must be one of retinaface-r50, retinaface-mobile, got 'yolo'"),
     ({"max_faces": 0}, "--max-faces must be a positive integer, got 0"),
