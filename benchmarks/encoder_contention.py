@@ -115,19 +115,19 @@ def _altered(variant: str) -> Iterator[None]:
     """For the block, the pipeline's frames in flight doubled (``in-flight-2x``), its batches of
     frames kept at ``--batch-size`` whatever the frame size (``whole-batches``), or every frame
     taken to lie outside the time range (``no-detection``, run with ``--start 0``)."""
-    from gpen_video.pipeline import batching, engine, job
+    from gpen_video.pipeline import batching, job, runner
 
-    saved = job.frames_in_flight, engine.frames_per_batch, batching.TimeRange.tracks
+    saved = job.frames_in_flight, runner.frames_per_batch, batching.TimeRange.tracks
     if variant == "in-flight-2x":
         job.frames_in_flight = lambda *args: 2 * saved[0](*args)
     if variant == "whole-batches":
-        engine.frames_per_batch = lambda batch_size, pixels: batch_size
+        runner.frames_per_batch = lambda batch_size, pixels: batch_size
     if variant == "no-detection":
         batching.TimeRange.tracks = lambda span, time: False
     try:
         yield
     finally:
-        job.frames_in_flight, engine.frames_per_batch, batching.TimeRange.tracks = saved
+        job.frames_in_flight, runner.frames_per_batch, batching.TimeRange.tracks = saved
 
 
 @contextlib.contextmanager

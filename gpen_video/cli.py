@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpen-video", usage=USAGE, epilog=EXAMPLES, formatter_class=_HelpFormatter,
         allow_abbrev=False,
         description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
-    p.add_argument("paths", type=Path, nargs="+", metavar="INPUT ... OUTPUT",
+    p.add_argument("paths", nargs="+", metavar="INPUT ... OUTPUT",
                    help="INPUT OUTPUT: a video (mp4, mov, mkv, webm, ...) or image, and where to write it (the "
                         "container follows the extension); or several inputs and/or folders, then OUTDIR; "
                         "INPUT alone with --detect-only")
@@ -141,10 +141,10 @@ def options_of(args: argparse.Namespace) -> tuple[RestoreOptions, JobOptions, Ba
                  for owner in (RestoreOptions, JobOptions, BatchOptions))
 
 
-def is_batch(paths: list[Path]) -> bool:
-    """Many inputs, a folder of them, or an existing folder to write into: a batch. Two paths
-    naming a file and a new file: one job."""
-    return len(paths) > 2 or paths[0].is_dir() or paths[-1].is_dir()
+def is_batch(paths: list[str]) -> bool:
+    """Many inputs, a folder of them, or a folder to write into (one that exists, or any path
+    ending in a slash): a batch. Two paths naming a file and a new file: one job."""
+    return len(paths) > 2 or Path(paths[0]).is_dir() or Path(paths[-1]).is_dir() or paths[-1].endswith(("/", os.sep))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,12 +180,12 @@ def _main(argv: list[str] | None) -> int:
         # Log lines through tqdm: a warning given while a bar runs (as a file ends) gets a line of its own.
         with logging_redirect_tqdm(), Engine(options, progress=not args.quiet) as engine:
             if args.detect_only:
-                summary = engine.restore(args.paths[0], None, job)
+                summary = engine.restore(Path(args.paths[0]), None, job)
                 print(summary.tracks_found.table())  # the result itself, on stdout; the summary goes to stderr
             elif is_batch(args.paths):
                 return _run_batch(engine, args, job, batch)
             else:
-                summary = engine.restore(args.paths[0], args.paths[1], job)
+                summary = engine.restore(Path(args.paths[0]), Path(args.paths[1]), job)
     except KeyboardInterrupt:
         kept = "; finished segments are kept for --resume" if args.resume else ""
         if not args.detect_only and (is_batch(args.paths) or args.ray):
@@ -214,7 +214,7 @@ def _run_batch(engine: BatchEngine, args: argparse.Namespace, job: JobOptions, b
     from .media.images import IMAGE_EXTENSIONS
     from .pipeline.batch import restore_many
 
-    *inputs, output_dir = args.paths
+    *inputs, output_dir = map(Path, args.paths)
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"OUTDIR is a file, not a folder: {output_dir}")
     if not output_dir.exists() and output_dir.suffix.lower() in {*CONTAINERS, *IMAGE_EXTENSIONS}:

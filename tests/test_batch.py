@@ -107,3 +107,13 @@ def test_two_batches_on_one_folder_restore_each_file_once(small_gpen, tmp_path):
         refusals = [line for line in report.splitlines() if line.startswith("  FAILED")]
         assert all("another gpen-video job is writing" in line or "exists" in line for line in refusals), report
         assert run.returncode == (1 if refusals else 0)
+
+
+def test_one_input_and_a_new_folder_named_with_a_slash_writes_into_that_folder(small_gpen, tmp_path):
+    """``gpen-video clip.mp4 restored/``: the trailing slash says it is a folder, though it does
+    not exist yet (a path without one and without an extension is an error saying so)."""
+    clip = corpus.encoded(tmp_path / "clip.mp4", "libx264", "yuv420p", frames=4)
+    run = gpen_video(small_gpen, clip, f"{tmp_path / 'restored'}{os.sep}", "--quiet")
+    assert run.returncode == 0, run.stderr
+    assert [p.name for p in (tmp_path / "restored").iterdir()] == ["clip.mp4"]
+    assert _frame_times(tmp_path / "restored" / "clip.mp4") == _frame_times(clip)

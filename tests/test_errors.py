@@ -85,6 +85,14 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
         "preset the codec lacks": ([SAMPLE, tmp / "out.mov", "--codec", "prores_ks", "--preset", "hq"],
                                    "prores_ks takes no --preset"),
         "crf the codec lacks": ([SAMPLE, tmp / "out.mkv", "--codec", "ffv1", "--crf", "0"], "ffv1 takes no --crf"),
+        "crf beyond x264's": ([SAMPLE, out, "--crf", "99"], "--crf 99 is beyond libx264's range, 0 to 51"),
+        "crf beyond x265's": ([SAMPLE, out, "--codec", "libx265", "--crf", "60"],
+                              "--crf 60 is beyond libx265's range, 0 to 51"),
+        "no extension": ([SAMPLE, tmp / "out"], f"OUTPUT {tmp / 'out'} has no extension: name a file such as "
+                                                 f"{tmp / 'out'}.mp4"),
+        "a detector as --weights": ([SAMPLE, out, "--weights", shared_file("weights/retinaface_mobilenet0.25.pth")],
+                                    "is not a GPEN checkpoint: it is the retinaface-mobile detector, which "
+                                    "--detector retinaface-mobile --detector-weights takes"),
     }
 
 
@@ -92,7 +100,8 @@ CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4"
               "output via link",
               "no output dir", "bad extension", "no such encoder", "not a gpen checkpoint", "truncated checkpoint",
               "missing gpu", "zero batch", "strength above 1", "negative encoder threads", "preset the codec lacks",
-              "crf the codec lacks"]
+              "crf the codec lacks", "crf beyond x264's", "crf beyond x265's", "no extension",
+              "a detector as --weights"]
 
 
 @pytest.mark.parametrize("case", CASE_NAMES)
@@ -107,6 +116,21 @@ def test_bad_input_fails_cleanly(case, small_gpen, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("gpen-video: error: ") and message in lines[0], run.stderr
     after = {p: _digest(p) for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
     assert after == before  # no output, no temp file, inputs unchanged
+
+
+@pytest.mark.parametrize("option", ["--detector-weights", "--parse-weights"])
+def test_a_gpen_checkpoint_given_for_another_network_is_named_as_what_it_is(small_gpen, tmp_path, option):
+    """One line naming the file's kind and the option that takes it, not the loader's half sentence."""
+    args = [sys.executable, "-m", "gpen_video.cli", SAMPLE, tmp_path / "out.mp4", "--device", "cpu",
+            "--weights", small_gpen, "--detector", "retinaface-mobile", "--mask", "parse",
+            "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth"), "--parse-weights", small_gpen,
+            option, small_gpen]
+    run = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=300)
+    network = "retinaface-mobile" if option == "--detector-weights" else "ParseNet"
+    assert run.returncode == 1
+    assert run.stderr.strip() == (f"gpen-video: error: {small_gpen} does not fit {network}: it is a GPEN generator, "
+                                  f"which --weights takes")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_encoder_settings_fail_before_the_weights_download(tmp_path):

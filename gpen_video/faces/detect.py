@@ -15,6 +15,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from ..errors import WeightsError
 from ..model.graphs import GraphedModel, padded
+from ..model.kinds import key_mismatch, misplaced
 from ..model.weights import helper_weights
 from ..transfer import Pending, to_device, to_host
 from .choices import DEFAULT_DETECTOR, DEFAULT_THRESHOLD, DETECTORS
@@ -91,8 +92,9 @@ class FaceDetector:
         net = RetinaFace(DETECTORS[name][0])
         try:
             net.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise WeightsError(f"{path} does not fit {name}: {str(exc).splitlines()[0]}") from None
+        except RuntimeError:
+            why = misplaced(state, f"the {name} detector") or key_mismatch(net.state_dict(), state)
+            raise WeightsError(f"{path} does not fit {name}: {why}") from None
         self.dtype = torch.float16 if half else torch.float32
         self.net = fold_batch_norms(net.eval()).to(self.device, self.dtype).requires_grad_(False)
         self.threshold = threshold

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import WeightsError
+from ..model.kinds import key_mismatch, misplaced
 from ..model.weights import helper_weights
 
 PARSE_URL = "https://github.com/xinntao/facexlib/releases/download/v0.2.2/parsing_parsenet.pth"
@@ -75,8 +76,9 @@ class FaceParser:
         net = ParseNet(in_size=PARSE_SIZE, out_size=PARSE_SIZE, parsing_ch=len(LABELS))
         try:
             net.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise WeightsError(f"{path} does not fit ParseNet: {str(exc).splitlines()[0]}") from None
+        except RuntimeError:
+            why = misplaced(state, "a ParseNet face parser") or key_mismatch(net.state_dict(), state)
+            raise WeightsError(f"{path} does not fit ParseNet: {why}") from None
         self.device = torch.device(device)
         self.dtype = torch.float16 if half else torch.float32
         self.net = net.eval().to(self.device, self.dtype).requires_grad_(False)

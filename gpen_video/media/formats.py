@@ -15,6 +15,9 @@ from ..errors import OutputError
 
 #: Visually lossless defaults per encoder family.
 DEFAULT_CRF = {"libx264": 18, "libx265": 20, "libvpx-vp9": 20, "libsvtav1": 24}
+#: The highest --crf each encoder takes (the lowest is 0): x264 and x265 refuse more, or print
+#: their own error before FFmpeg's "Invalid data".
+MAX_CRF = {"libx264": 51, "libx265": 51, "libvpx-vp9": 63, "libsvtav1": 63}
 DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hevc_nvenc": "p5", "libsvtav1": "8"}
 #: Container (by extension) -> the encoders tried when the input's own codec cannot be followed:
 #: the first that keeps the input's pixel format whole, else the first (AV1 keeps 10-bit in WebM,
@@ -151,6 +154,8 @@ def checked_encoder(name: str, ext: str, allowed: frozenset[str], preset: str | 
     for flag, value, takers in (("--preset", preset, DEFAULT_PRESET), ("--crf", crf, DEFAULT_CRF)):
         if value is not None and codec.name not in takers:
             raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
+    if crf is not None and crf > MAX_CRF[codec.name]:
+        raise OutputError(f"--crf {crf} is beyond {codec.name}'s range, 0 to {MAX_CRF[codec.name]}")
     return codec
 
 

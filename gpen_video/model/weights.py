@@ -19,6 +19,7 @@ from tqdm import tqdm
 from ..errors import WeightsError
 from .choices import DEFAULT_MODEL, OFFICIAL_MODELS, OfficialModel
 from .config import GPENConfig
+from .kinds import misplaced
 from .reference import GPEN
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,8 @@ def infer_config(state_dict: Mapping[str, torch.Tensor]) -> GPENConfig:
     """Read size, width and style size of a GPEN generator from its tensor shapes."""
     try:
         encoder_stages = [int(m.group(1)) for k in state_dict if (m := re.match(r"ecd(\d+)\.", k))]
+        if not encoder_stages:
+            raise WeightsError("not a GPEN generator state dict (no encoder layers: ecd0, ecd1, ...)")
         size = 2 ** (max(encoder_stages) + 2)
         style_dim = state_dict["generator.style.1.weight"].shape[1]
         n_mlp = len([k for k in state_dict if re.fullmatch(r"generator\.style\.\d+\.weight", k)])
@@ -191,6 +194,9 @@ def load_gpen_weights(model: str = DEFAULT_MODEL, weights: str | Path | None = N
     else:
         path = Path(weights)
     state_dict = read_state_dict(path)
+    other = misplaced(state_dict, "a GPEN generator")
+    if other:
+        raise WeightsError(f"{path} is not a GPEN checkpoint: {other}")
     try:
         config = infer_config(state_dict)
         check_layout(state_dict, config)

@@ -23,6 +23,9 @@ def segment_store(input: Path, output: Path, job: JobOptions, options: RestoreOp
 
 def check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str] | dict) -> None:
     """OUTPUT can be written, is not the input, and replaces nothing unasked."""
+    if not output.suffix and not output.is_dir():
+        raise UsageError(f"OUTPUT {output} has no extension: name a file such as {output}.mp4 (the container "
+                         f"follows the extension), or end it with / to write into that folder")
     if output.suffix.lower() not in extensions:
         raise UsageError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(sorted(extensions))}")
     if input.exists() and output.exists() and os.path.samefile(input, output):
