@@ -181,6 +181,9 @@ class RestoreOptions(_Checked):
                                        "takes, with a warning naming the loss)", "encoding")
     encoder_threads: int = option(0, "encoder threads (default 0: the encoder's own choice, about 1.5 per core "
                                      "for x264)", "encoding", check=_at_least(0))
+    no_faststart: bool = option(False, "leave an MP4/MOV's index at the end of the file, as FFmpeg writes it; by "
+                                       "default it goes to the front (faststart), so that web players can start "
+                                       "before the whole file arrives", "encoding")
     strict: bool = option(False, "refuse, before any work, anything of the input the output cannot keep "
                                  "(a stream, flag, alpha, bit depth) instead of warning about it", "encoding")
     allow_truncated: bool = option(False, "restore every frame a cut-off input still holds, instead of "

@@ -347,3 +347,45 @@ def test_avif_is_read_as_a_photo_and_heic_refused_in_one_line(small_gpen, tmp_pa
     assert refused.returncode == 1 and not (tmp_path / "out.jpg").exists()
     assert refused.stderr.strip() == (f"gpen-video: error: cannot read {heic}: HEIC/HEIF photos are not "
                                       f"supported here; convert it to JPEG, PNG or TIFF first")
+
+
+def _top_boxes(path: Path) -> list[bytes]:
+    from gpen_video.media.isobmff import _top_level
+
+    with open(path, "rb") as file:
+        return [kind for kind, _, _ in _top_level(file)]
+
+
+@pytest.mark.parametrize("ext", [".mp4", ".mov"])
+def test_the_index_moves_to_the_front_as_ffmpeg_s_faststart_moves_it(tmp_path, ext):
+    """FFmpeg's command line remuxes a real clip twice, with and without ``-movflags +faststart``;
+    moving the second one's index (in small steps, so that the media data moves in many pieces)
+    gives the first file byte for byte."""
+    from gpen_video.media.isobmff import move_index_to_front
+
+    source = tools.shared_file(tools.TALKING_HEAD)
+    fast, moved = tmp_path / f"fast{ext}", tmp_path / f"moved{ext}"
+    tools.ffmpeg("-i", source, "-c", "copy", "-movflags", "+faststart", fast)
+    tools.ffmpeg("-i", source, "-c", "copy", moved)
+    assert _top_boxes(moved)[-1] == b"moov" and _top_boxes(fast)[1] == b"moov"
+    move_index_to_front(moved, chunk=4096)
+    assert moved.read_bytes() == fast.read_bytes()
+
+
+def test_outputs_start_with_their_index_unless_told_otherwise(small_gpen, tmp_path):
+    """MP4 output is faststart by default, ``--resume``'s assembled file too; ``--no-faststart``
+    leaves the index at the end as FFmpeg writes it. The frames and the sound are the same either way."""
+    src = corpus.excerpt(tmp_path / "in.mp4", tools.shared_file(tools.TALKING_HEAD), 0.6)
+    outputs = {"default": [], "resumed": ["--resume", "--segment-frames", "6"], "kept at the end": ["--no-faststart"]}
+    for name, flags in outputs.items():
+        run = gpen_video(small_gpen, src, tmp_path / f"{name}.mp4", "--codec", "ffv1", *flags)
+        assert run.returncode == 0, run.stderr
+    assert _top_boxes(tmp_path / "default.mp4")[:2] == _top_boxes(tmp_path / "resumed.mp4")[:2] == [b"ftyp", b"moov"]
+    assert _top_boxes(tmp_path / "kept at the end.mp4")[-1] == b"moov"
+    decoded = {name: [f.to_ndarray().tobytes() for f in av.open(str(tmp_path / f"{name}.mp4")).decode(video=0)]
+               for name in outputs}
+    with av.open(str(src)) as container:
+        frames = sum(1 for _ in container.decode(video=0))
+    assert decoded["default"] == decoded["resumed"] == decoded["kept at the end"] and len(decoded["default"]) == frames
+    assert _packets(tmp_path / "default.mp4", 1) == _packets(tmp_path / "kept at the end.mp4", 1) != []
+    tools.ffmpeg("-i", tmp_path / "default.mp4", "-f", "null", "-")  # FFmpeg reads it without a word

@@ -1,23 +1,23 @@
 """What the finished file's header says that FFmpeg's muxers cannot be told through PyAV,
 written into it after the muxer closes it: HDR10 metadata, the 360° and stereo 3D layout, and a
-Matroska file's shown size for non-square pixels. A header laid out otherwise keeps what the
-muxer wrote; each such loss is one warning."""
+Matroska file's shown size for non-square pixels; then an MP4/MOV's index goes to the front. A
+header laid out otherwise keeps what the muxer wrote; each such loss is one warning."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .isobmff import BoxError, add_sample_entry_boxes
+from .isobmff import BoxError, add_sample_entry_boxes, move_index_to_front
 from .matroska import MatroskaError, add_display_size, add_hdr_metadata, add_video_elements
 from .probe import VideoInfo
 from .spatial import SpatialLayout
 
 
 def write_headers(path: Path, ext: str, info: VideoInfo, hdr_in_bitstream: bool, spatial: SpatialLayout | None,
-                  shown: tuple[int, int] | None) -> list[str]:
+                  shown: tuple[int, int] | None, faststart: bool) -> list[str]:
     """Write into ``path`` (an ``ext`` file) the input's HDR10 metadata, its ``spatial`` layout,
-    and for Matroska/WebM the ``shown`` size (width, height) of non-square pixels; the warnings
-    for what could not be written."""
+    and for Matroska/WebM the ``shown`` size (width, height) of non-square pixels; move an
+    MP4/MOV's index to the front where ``faststart``. The warnings for what could not be done."""
     warnings = []
     if info.hdr is not None:
         hdr = info.hdr
@@ -44,4 +44,9 @@ def write_headers(path: Path, ext: str, info: VideoInfo, hdr_in_bitstream: bool,
             add_display_size(path, *shown)
         except MatroskaError as exc:
             warnings.append(f"the sample aspect ratio could not be written into the Matroska header ({exc})")
+    if faststart and ext in (".mp4", ".mov"):  # last: the boxes above grow the index where it ends the file
+        try:
+            move_index_to_front(path)
+        except BoxError as exc:
+            warnings.append(f"the file's index stays at its end, so players must fetch the whole file first ({exc})")
     return warnings

@@ -8,7 +8,8 @@ Written: boxes added to a finished file's video sample entry, such as HDR10 stat
 (``mdcv``, ``clli``: players read them from the container whatever the codec; ProRes has no
 place for them in its bitstream) and 360° video's ``sv3d``/``st3d``. The muxer writes its
 ``moov`` box last, after the media data, so growing it moves no sample: the boxes are added to the
-video track's first sample entry, and every box around it grows by as much.
+video track's first sample entry, and every box around it grows by as much. Last, the ``moov``
+box moves to the front, its chunk offsets shifted, so that players can start at once.
 """
 
 from __future__ import annotations
@@ -185,4 +186,55 @@ def add_sample_entry_boxes(path: Path, boxes: dict[bytes, bytes]) -> None:
             _grow(moov, offset, header, len(added))
         moov[entry + entry_size : entry + entry_size] = added
         file.seek(start)
+        file.write(moov)
+
+
+def _chunk_offset_tables(moov: bytearray) -> list[tuple[bytes, int, int]]:
+    """(type, offset, header size) of every track's chunk offset table (``stco``, ``co64``)."""
+    _, _, header = _header(moov, 0, len(moov))
+    tables = []
+    for _, offset, size, head in (b for b in _children(moov, header, len(moov)) if b[0] == b"trak"):
+        box: tuple[int, int, int] | None = (offset, size, head)
+        for kind in (b"mdia", b"minf", b"stbl"):
+            box = _first(moov, box[0] + box[2], box[0] + box[1], kind) if box is not None else None
+        if box is not None:
+            tables += [(kind, o, h) for kind, o, _, h in _children(moov, box[0] + box[2], box[0] + box[1])
+                       if kind in (b"stco", b"co64")]
+    return tables
+
+
+def move_index_to_front(path: Path, chunk: int = 1 << 24) -> None:
+    """Move the ``moov`` box of the MP4/MOV at ``path`` from the end to just after ``ftyp``
+    ("faststart", where FFmpeg's own option puts it), in place: a player can then start before the
+    whole file has arrived. Every chunk offset grows by the box's size, since the media data moves
+    by that much."""
+    with open(path, "r+b") as file:
+        top = _top_level(file)
+        kinds = [kind for kind, _, _ in top]
+        if b"moov" not in kinds or b"mdat" not in kinds:
+            raise BoxError("no moov or no mdat box")
+        if kinds.index(b"moov") < kinds.index(b"mdat"):
+            return
+        if kinds[-1] != b"moov":
+            raise BoxError("the moov box is not the file's last")
+        _, start, size = top[-1]
+        file.seek(start)
+        moov = bytearray(file.read(size))
+        for kind, offset, head in _chunk_offset_tables(moov):
+            count = struct.unpack_from(">I", moov, offset + head + 4)[0]
+            code = ">%dI" % count if kind == b"stco" else ">%dQ" % count
+            moved = [o + size for o in struct.unpack_from(code, moov, offset + head + 8)]
+            if kind == b"stco" and moved and max(moved) >= 1 << 32:
+                raise BoxError("its chunk offsets would pass 4 GiB")
+            struct.pack_into(code, moov, offset + head + 8, *moved)
+        begin = top[1][1] if kinds[0] == b"ftyp" else 0  # right after the file type, as FFmpeg places it
+        position = start  # what follows moves toward the end by the index's size, from its end back
+        while position > begin:
+            step = min(chunk, position - begin)
+            position -= step
+            file.seek(position)
+            data = file.read(step)
+            file.seek(position + size)
+            file.write(data)
+        file.seek(begin)
         file.write(moov)

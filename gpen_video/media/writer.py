@@ -82,13 +82,14 @@ def _muxer_options(ext: str, source: av.container.InputContainer) -> dict[str, s
 
 class VideoWriter(AbortedOnError):
     """Writes OUTPUT through a temporary file beside it, renamed into place only by :meth:`close`;
-    encoded as ``settings`` say (their codec, crf, preset, pix_fmt, encoder_threads and strict)."""
+    encoded as ``settings`` say (their codec, crf, preset, pix_fmt, encoder_threads, faststart and strict)."""
 
     def __init__(self, output: Path, source: av.container.InputContainer, info: VideoInfo,
                  settings: RestoreOptions, overwrite: bool = False) -> None:
         self.output = output
         self.overwrite = overwrite
         self.strict = settings.strict
+        self.faststart = not settings.no_faststart  # an MP4/MOV's index goes to the front once finished
         self.warnings: list[str] = []
         ext = output.suffix.lower()
         if ext not in CONTAINERS:
@@ -322,7 +323,7 @@ class VideoWriter(AbortedOnError):
                 cc = self.video.codec_context
                 shown = (shown_width(cc.width, cc.sample_aspect_ratio), cc.height) if self.anamorphic else None
                 for message in write_headers(self.tmp, self.output.suffix.lower(), self.info, bool(self.hdr_params),
-                                             self.spatial, shown):
+                                             self.spatial, shown, self.faststart):
                     log.warning(message)
                     self.warnings.append(message)
         except BaseException:
