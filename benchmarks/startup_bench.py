@@ -112,7 +112,7 @@ def main() -> None:
     args = ap.parse_args()
     frames = 4 if args.smoke else args.frames
     flags = ["--weights", args.weights, "--detector", "retinaface-mobile", "--detector-weights",
-             args.detector_weights, *(["--device", "cpu"] if args.smoke else [])]
+             args.detector_weights, "--verbose", *(["--device", "cpu"] if args.smoke else [])]
     rows: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_fields(p, groups, owner)
     run = groups.setdefault("output", p.add_argument_group("output"))
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    run.add_argument("--verbose", action="store_true", help="the summary also says which decoder ran, where the "
+                                                              "start-up went and how busy each stage was")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -200,7 +202,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
         return 1
     if not args.quiet:
-        print(summary.describe(STARTED), file=sys.stderr)
+        print(summary.describe(STARTED, args.verbose), file=sys.stderr)
     return 0
 
 

@@ -44,9 +44,13 @@ def test_help_and_version():
 
 def test_restores_the_sample_with_progress_and_summary(small_gpen, tmp_path):
     out = tmp_path / "restored.mp4"
-    run = gpen_video(SAMPLE, out, "--tracks-out", tmp_path / "t.json", weights=small_gpen)
+    run = gpen_video(SAMPLE, out, "--tracks-out", tmp_path / "t.json", "--verbose", weights=small_gpen)
     assert run.returncode == 0, run.stderr
-    assert "100/100" in run.stderr  # the progress bar reached the last frame
+    # Not a terminal: plain progress lines, the first when the first frame is written, the last at the end.
+    progress = [line for line in run.stderr.splitlines() if line.startswith("restoring: ")]
+    assert re.fullmatch(r"restoring: 1/100 frames, the first after [\d.]+ s, faces 1", progress[0])
+    assert progress[-1].startswith("restoring: 100/100 frames, ") and progress[-1].endswith(", faces 100")
+    assert "\r" not in run.stderr
     assert "100 frames, 100 faces restored on 100 frames" in run.stderr
     assert "stage busy time:" in run.stderr
     # Where the job's start went: its first picture through the stages, in their order, each later.
@@ -63,6 +67,22 @@ def test_restores_the_sample_with_progress_and_summary(small_gpen, tmp_path):
     assert "exists; pass --overwrite" in again.stderr and "Traceback" not in again.stderr
     quiet = gpen_video(SAMPLE, out, "--overwrite", "--quiet", weights=small_gpen)
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_the_summary_is_short_unless_verbose(tmp_path):
+    """By default the file, its counts, time and speed, the tracks chosen and the warnings; the
+    decoder, the start-up and the stages' busy time only under --verbose."""
+    from gpen_video.pipeline.summary import Summary
+
+    summary = Summary(tmp_path / "out.mp4", 100, 90, 90, 4.0, busy={"encode": 1.0}, warnings=["a stream was left out"],
+                      milestones={"started": 1.0, "decoded": 1.1, "written": 1.5}, decoder="decoded on the CPU",
+                      choice="tracks restored: 0 of 0, 1")
+    assert summary.describe(0.0).splitlines() == [
+        f"{tmp_path / 'out.mp4'}: 100 frames, 90 faces restored on 90 frames, 4.0 s (25.0 fps)",
+        "tracks restored: 0 of 0, 1", "warning: a stream was left out"]
+    verbose = summary.describe(0.0, verbose=True)
+    for line in ("decoded on the CPU", "first frame written 1.5 s after the start", "stage busy time: encode 25%"):
+        assert line in verbose
 
 
 @pytest.mark.parametrize(("codec", "preset", "suffix", "encoded_as", "pix_fmt"),

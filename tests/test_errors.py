@@ -162,7 +162,7 @@ def test_interrupt_exits_130_and_leaves_nothing(sig, small_gpen, tmp_path):
     seen = ""
     # Until frames have come out of every stage (the bar's count is past 0); a Ctrl-C while the
     # stages start is the test of that name in test_pipeline_threads.
-    while not re.search(r"\| [1-9]\d*/100 ", seen):
+    while not re.search(r"restoring: [1-9]\d*/100 frames", seen):
         seen += proc.stderr.read(1)
         assert proc.poll() is None, seen
     proc.send_signal(getattr(signal, sig))
@@ -325,7 +325,7 @@ def test_a_second_job_on_the_same_output_is_refused_at_once(small_gpen, tmp_path
                               str(shared_file("weights/retinaface_mobilenet0.25.pth"))],
                              stderr=subprocess.PIPE, text=True)
     seen = ""
-    while not re.search(r"\| [1-9]\d*/100 ", seen):  # the first job is writing
+    while not re.search(r"restoring: [1-9]\d*/100 frames", seen):  # the first job is writing
         seen += first.stderr.read(1)
         assert first.poll() is None, seen
     second = _run(SAMPLE, out, weights=small_gpen)

@@ -120,6 +120,7 @@ def test_a_lossless_render_decoded_by_nvdec_equals_one_decoded_on_the_cpu(small_
     for decoder in ("cpu", "nvdec"):
         out, tracks = tmp_path / f"{decoder}.mkv", tmp_path / f"{decoder}.json"
         run = gpen_video(small_gpen, clip, out, "--codec", "ffv1", "--decoder", decoder, "--tracks-out", tracks,
+                         "--verbose",
                          device="cuda")
         assert run.returncode == 0, run.stderr
         runs[decoder] = run.stderr

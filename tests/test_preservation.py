@@ -36,11 +36,14 @@ def gpen_video(small_gpen: Path, *args, timeout: int = 300, device: str = "cpu")
 _NVIDIA_LINES = ("gpen-video: Supported NVENC Driver Version", "gpen-video: Using NVENC")
 
 
+#: Lines that are notes, not warnings: GPEN compiling, GPEN on the CPU, and NVIDIA's own.
+_NOTES = ("gpen-video: compiling", "gpen-video: restoring on the CPU", *_NVIDIA_LINES)
+
+
 def _warnings(run: subprocess.CompletedProcess) -> list[str]:
-    """The warning lines (not errors, not the notice that GPEN compiles on a GPU, not NVIDIA's)."""
+    """The warning lines (not errors, not notes)."""
     return [line for line in run.stderr.splitlines()
-            if line.startswith("gpen-video: ") and "error" not in line and not line.startswith("gpen-video: compiling")
-            and not line.startswith(_NVIDIA_LINES)]
+            if line.startswith("gpen-video: ") and "error" not in line and not line.startswith(_NOTES)]
 
 
 def named_then_refused(small_gpen: Path, src: Path, out: Path, message: str, *args) -> None:

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tqdm import tqdm
-
 from ..errors import OutputError, UsageError, error_line, failures_as
 from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.probe import probe
 from ..options import BatchOptions, JobOptions
+from ..progress import progress_bar
 from .engine import FrameCallback
 from .summary import Summary
 
@@ -134,7 +133,8 @@ def restore_many(engine: BatchEngine, inputs: Sequence[Path], output_dir: Path, 
         _make_folder(job.tracks_out)
     # --compile auto decides on the whole batch's work, less the outputs --skip-existing leaves alone.
     engine.planned_frames = sum(frames[s] for s, out in jobs if not (batch.skip_existing and out.exists()))
-    bar = tqdm(total=sum(frames.values()), unit="frame", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(f"restoring {len(jobs)} files", total=sum(frames.values()), unit="frame",
+                       disable=not progress)
     counts = {"finished": 0, "faces": 0}
     lock = threading.Lock()  # the jobs' threads share the bar and the report
 

@@ -8,12 +8,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tqdm import tqdm
-
 from ..faces.select import KnownTracks
 from ..faces.track import FaceTracker
 from ..media.fields import FieldOrder
 from ..options import RestoreOptions
+from ..progress import progress_bar
 from .batching import TimeRange, frames_per_batch
 from .interfaces import FaceLog, FrameSource, Writer
 from .job import Job
@@ -76,16 +75,16 @@ class Runner:
             # Never more frames to a batch than the job has: a photo's detection runs on one frame.
             batch_frames = min(frames_per_batch(self.options.batch_size, pictures.width * pictures.height),
                                frames or self.options.batch_size)
-            bar = tqdm(total=frames, initial=plan.start_frame, unit="frame",
-                       desc=None if plan.restore else "finding faces",
-                       disable=not self.progress or on_frame is not None, dynamic_ncols=True)
+            bar = progress_bar("restoring" if plan.restore else "finding faces", total=frames,
+                               initial=plan.start_frame, unit="frame",
+                               disable=not self.progress or on_frame is not None)
             faces = [0]
 
             def count(done: int, found: int) -> None:
                 faces[0] += found
-                bar.update(done)
                 if plan.restore:
                     bar.set_postfix(faces=faces[0], refresh=False)
+                bar.update(done)
                 if on_frame is not None:
                     on_frame(done, found)
 

@@ -42,9 +42,10 @@ class Summary:
         begun = self.milestones["started"]
         return {m: self.milestones[m] - begun for m in MILESTONES[1:] if m in self.milestones}
 
-    def describe(self, started: float | None = None) -> str:
-        """The closing report: frames, faces, time, where the start-up went (the first frame's time
-        counted from ``started``, a ``time.perf_counter()``), and each stage's busy share of the wall time."""
+    def describe(self, started: float | None = None, verbose: bool = False) -> str:
+        """The closing report: frames, faces, time, the tracks chosen and the warnings; with
+        ``verbose`` also the decoder, where the start-up went (the first frame's time counted from
+        ``started``, a ``time.perf_counter()``) and each stage's busy share of the wall time."""
         if self.panels is not None:
             lines = [f"{self.output}: {self.panels} frames from {self.frames} decoded, {self.faces} faces restored, "
                      f"{self.seconds:.1f} s"]
@@ -54,11 +55,11 @@ class Summary:
         else:
             lines = [f"{self.output}: {self.frames} frames, {self.faces} faces restored on {self.frames_with_faces} "
                      f"frames, {self.seconds:.1f} s ({self.fps:.1f} fps)"]
-        if self.decoder:
+        if self.decoder and verbose:
             lines.append(self.decoder)
         if self.choice:
             lines.append(self.choice)
-        if started is not None and "written" in self.milestones and self.tracks_found is None:
+        if verbose and started is not None and "written" in self.milestones and self.tracks_found is None:
             parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.startup.items())
             lines.append(f"first frame written {self.milestones['written'] - started:.1f} s after the start"
                          + (f" (of which {parts})" if parts else ""))
@@ -71,7 +72,7 @@ class Summary:
         if self.damaged:
             lines.append(f"warning: {self.damaged} frame(s) of the input were damaged: decoded with errors, "
                          f"or the previous frame repeated where one could not be decoded")
-        if self.busy:
+        if self.busy and verbose:
             busy = ", ".join(f"{k} {v / self.seconds:.0%}" for k, v in sorted(self.busy.items()))
             lines.append(f"stage busy time: {busy}")
         lines += [f"warning: {w}" for w in self.warnings]

@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 #: cache and 23.7 s with a cold one (run AS): it pays from ~16 000 faces warm, ~75 000 cold
 #: (BENCHMARKS.md). A one-face render, bound by its encoder, gains nothing measurable.
 COMPILE_FROM_FRAMES = {"warm": 16000, "cold": 75000}
+#: Said once GPEN is loaded on the CPU: GPEN-512 took 7 s a face there on 2 cores (fp32), where one
+#: H200 restores over 700 faces a second (BENCHMARKS.md).
+CPU_NOTE = ("restoring on the CPU: expect seconds per face (GPEN-512 takes about 7 s a face on 2 cores), "
+            "where one GPU restores hundreds of faces a second")
 
 
 class Workers:
@@ -81,6 +85,8 @@ class Workers:
                     loading.result()
                 label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
                 self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
+                if "cpu" in self.devices:
+                    log.info(CPU_NOTE)
             return self._pool
 
     def _new_workers(self, compiled: bool) -> list[Worker]:
