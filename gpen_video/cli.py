@@ -24,6 +24,7 @@ STARTED = time.perf_counter()  # start-up is reported from here: the heavy impor
 
 if TYPE_CHECKING:
     from .pipeline.batch import BatchEngine, JobResult
+    from .pipeline.summary import Summary
 
 EXAMPLES = """examples:
   gpen-video talk.mp4 talk_restored.mp4                 restore on the first GPU (or the CPU)
@@ -168,6 +169,8 @@ def _main(argv: list[str] | None) -> int:
         options, job, batch = options_of(args)  # checked before the heavy imports: a usage error answers at once
         if batch.ray is not None and (args.detect_only or job.preview is not None):
             raise UsageError("--ray restores files into an OUTDIR; --detect-only and --preview run here")
+        if batch.report is not None and not batch.report.resolve().parent.is_dir():
+            raise UsageError(f"--report: directory does not exist: {batch.report.resolve().parent}")
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         from .pipeline.engine import Engine
@@ -200,9 +203,33 @@ def _main(argv: list[str] | None) -> int:
         if args.debug:
             raise
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
+        if args.report is not None and not is_batch(args.paths) and args.report.resolve().parent.is_dir():
+            _write_report(args.report, [_single_record(args, error=error_line(exc))])
         return 1
     if not args.quiet:
         print(summary.describe(STARTED, args.verbose), file=sys.stderr)
+    if args.report is not None:
+        return _write_report(args.report, [_single_record(args, summary)])
+    return 0
+
+
+def _single_record(args: argparse.Namespace, summary: Summary | None = None, error: str = "") -> dict:
+    from .pipeline.report import file_record
+
+    output = Path(args.paths[1]) if len(args.paths) > 1 else None
+    return file_record(Path(args.paths[0]), output, summary, error)
+
+
+def _write_report(path: Path, records: list[dict]) -> int:
+    """The report; or one line saying why it could not be written, and exit status 1 (the files
+    themselves are done)."""
+    from .pipeline.report import write_report
+
+    try:
+        write_report(path, records)
+    except GpenVideoError as exc:
+        print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -233,6 +260,12 @@ def _run_batch(engine: BatchEngine, args: argparse.Namespace, job: JobOptions, b
     started = time.perf_counter()
     results = restore_many(engine, inputs, output_dir, batch, job, progress=not quiet, report=report)
     failed = [r for r in results if r.error]
+    reported = 0
+    if batch.report is not None:
+        from .pipeline.report import file_record
+
+        reported = _write_report(batch.report, [file_record(r.input, r.output, r.summary, r.error, r.skipped)
+                                                for r in results])
     if not quiet:
         print(f"{len(results)} file(s) in {time.perf_counter() - started:.1f} s: "
               f"{len(results) - len(failed)} done, {len(failed)} failed", file=sys.stderr)
@@ -240,7 +273,7 @@ def _run_batch(engine: BatchEngine, args: argparse.Namespace, job: JobOptions, b
             print(f"  {result.describe()}", file=sys.stderr)
         if batch.ray is not None:
             print(engine.describe(), file=sys.stderr)
-    return 1 if failed else 0
+    return 1 if failed or reported else 0
 
 
 if __name__ == "__main__":

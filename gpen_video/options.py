@@ -313,6 +313,9 @@ class BatchOptions(_Checked):
                              "batch", metavar="ADDRESS", check=_ray_address)
     ray_actors: int | None = option(None, "actors with --ray (default: one per GPU of the cluster, else one per "
                                           "node)", "batch", check=_at_least(1, "a positive integer"))
+    report: Path | None = option(None, "also write what became of each file as JSON, for scripts and render "
+                                       "managers: input, output, result, error, frames, faces, tracks, warnings "
+                                       "and timings (the README gives the schema)", "output")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -50,10 +51,20 @@ def _stats(folder: Path) -> dict[str, tuple[int, int]]:
 def test_a_folder_is_restored_and_a_broken_file_costs_only_itself(small_gpen, tmp_path):
     folder, out = _folder(tmp_path), tmp_path / "restored"
     before = _stats(folder)
-    run = gpen_video(small_gpen, folder, out, timeout=900)
+    run = gpen_video(small_gpen, folder, out, "--report", tmp_path / "report.json", timeout=900)
     assert run.returncode == 1, run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("gpen-video: error:")]
     assert len(errors) == 1 and errors[0].startswith(f"gpen-video: error: {folder / 'broken.mp4'}: "), run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["tool"], report["schema"]) == ("gpen-video", 1)
+    records = {Path(r["input"]).name: r for r in report["files"]}
+    assert sorted(records) == ["broken.mp4", "people.jpg", "phone.mp4", "speech.mp4", "vfr.mp4"]
+    assert records["broken.mp4"]["result"] == "failed" and records["broken.mp4"]["error"] in errors[0]
+    for name in ("people.jpg", *CLIPS):
+        record = records[name]
+        assert record["result"] == "done" and record["error"] is None and record["output"] == str(out / name)
+        assert record["frames"] == (1 if name == "people.jpg" else len(_frame_times(folder / name)))
+        assert 0 < record["faces"] and record["seconds"] > 0 and isinstance(record["warnings"], list)
     assert sorted(p.name for p in out.iterdir()) == ["people.jpg", "phone.mp4", "speech.mp4", "vfr.mp4"]
     assert not [p for p in tmp_path.rglob("*") if "partial" in p.name or p.name.endswith(".lock")]
     for name in CLIPS:

@@ -44,8 +44,14 @@ def test_help_and_version():
 
 def test_restores_the_sample_with_progress_and_summary(small_gpen, tmp_path):
     out = tmp_path / "restored.mp4"
-    run = gpen_video(SAMPLE, out, "--tracks-out", tmp_path / "t.json", "--verbose", weights=small_gpen)
+    run = gpen_video(SAMPLE, out, "--tracks-out", tmp_path / "t.json", "--verbose", "--report",
+                     tmp_path / "report.json", weights=small_gpen)
     assert run.returncode == 0, run.stderr
+    record, = json.loads((tmp_path / "report.json").read_text())["files"]
+    assert {k: record[k] for k in ("input", "output", "result", "error", "frames", "faces", "warnings")} == {
+        "input": str(SAMPLE), "output": str(out), "result": "done", "error": None, "frames": 100, "faces": 100,
+        "warnings": []}
+    assert record["decoder"] == "decoded on the CPU" and set(record["startup_seconds"]) >= {"workers", "GPEN"}
     # Not a terminal: plain progress lines, the first when the first frame is written, the last at the end.
     progress = [line for line in run.stderr.splitlines() if line.startswith("restoring: ")]
     assert re.fullmatch(r"restoring: 1/100 frames, the first after [\d.]+ s, faces 1", progress[0])
@@ -135,10 +141,14 @@ def test_usage_errors_exit_2():
 
 
 def test_bad_input_gives_one_line_and_exit_1(small_gpen, tmp_path):
-    run = gpen_video(tmp_path / "missing.mp4", tmp_path / "out.mp4", weights=small_gpen)
+    run = gpen_video(tmp_path / "missing.mp4", tmp_path / "out.mp4", "--report", tmp_path / "report.json",
+                     weights=small_gpen)
     assert run.returncode == 1
     assert run.stderr.strip() == f"gpen-video: error: input not found: {tmp_path / 'missing.mp4'}"
     assert not (tmp_path / "out.mp4").exists()
+    assert json.loads((tmp_path / "report.json").read_text())["files"] == [
+        {"input": str(tmp_path / "missing.mp4"), "output": str(tmp_path / "out.mp4"), "result": "failed",
+         "error": f"input not found: {tmp_path / 'missing.mp4'}"}]
 
 
 def test_image_round_trip_honours_exif(small_gpen, tmp_path):

@@ -138,6 +138,7 @@ class Engine:
             summary = self.runner.run(Pass(source, writer, pictures, self._tracks_file(job), start_frame,
                                            chosen=chosen), on_frame)
         summary.resumed_at, summary.truncated, summary.choice = start_frame, video.report.truncated, choice
+        summary.chosen = sorted(chosen) if chosen is not None else None
         summary.decoder = video.describe()
         return summary
 
@@ -183,7 +184,7 @@ class Engine:
                                               on_frame)
             summary = self.runner.run(Pass(photo_source(photo.picture()), writer, pictures, self._tracks_file(job),
                                            chosen=chosen), on_frame)
-        summary.choice = choice
+        summary.choice, summary.chosen = choice, sorted(chosen) if chosen is not None else None
         return summary
 
     def find_faces(self, input: str | Path, tracks_out: str | Path | None = None,

@@ -29,6 +29,7 @@ class Summary:
     #: time.perf_counter() when the job started and when its first picture left each stage (runtime.MILESTONES).
     milestones: dict[str, float] = field(default_factory=dict)
     choice: str = ""  # which tracks were restored, where --faces or --tracks chose
+    chosen: list[int] | None = None  # their ids (None: every face)
     tracks_found: TrackSurvey | None = None  # --detect-only: the tracks found (nothing restored)
     panels: int | None = None  # --preview: the sheet's frames (``frames`` then counts the frames decoded)
     decoder: str = ""  # which decoder ran (a video's), and why the CPU where NVDEC was allowed
