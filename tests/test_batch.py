@@ -128,3 +128,18 @@ def test_one_input_and_a_new_folder_named_with_a_slash_writes_into_that_folder(s
     assert run.returncode == 0, run.stderr
     assert [p.name for p in (tmp_path / "restored").iterdir()] == ["clip.mp4"]
     assert _frame_times(tmp_path / "restored" / "clip.mp4") == _frame_times(clip)
+
+
+def test_a_time_range_in_a_batch_applies_to_its_videos_and_its_photos_are_restored_whole(small_gpen, tmp_path):
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    corpus.excerpt(folder / "speech.mp4", shared_file(CLIPS["speech.mp4"]), 0.4)
+    (folder / "people.jpg").write_bytes(shared_file("media/images/whole_two_people.jpg").read_bytes())
+    run = gpen_video(small_gpen, folder, out, "--start", "0.2", "--tracks-out", tmp_path / "tracks", "--quiet")
+    assert run.returncode == 0, run.stderr
+    photo, restored = (cv2.imread(str(p)).astype(int) for p in (folder / "people.jpg", out / "people.jpg"))
+    assert np.abs(restored - photo).max() > 30  # its faces restored, though it has no time 0.2 s into it
+    records = json.loads((tmp_path / "tracks" / "speech.json").read_text())["frames"]
+    restored_at = [any(face["restored"] for face in r["faces"]) for r in records]
+    assert restored_at[:5] == [False] * 5 and any(restored_at[5:])  # 25 fps: from frame 5 on
+    assert _frame_times(out / "speech.mp4") == _frame_times(folder / "speech.mp4")

@@ -44,7 +44,7 @@ class BatchEngine(Protocol):
     def check(self, inputs: Sequence[Path], output_dir: Path) -> None: ...
 
     def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
-                on_frame: FrameCallback | None = None) -> Summary: ...
+                on_frame: FrameCallback | None = None, whole_photos: bool = False) -> Summary: ...
 
     def interrupt(self) -> None: ...
 
@@ -155,7 +155,7 @@ def restore_many(engine: BatchEngine, inputs: Sequence[Path], output_dir: Path, 
                 output.parent.mkdir(parents=True, exist_ok=True)
                 tracks = job.tracks_out / output.with_suffix(".json").name if job.tracks_out else None
                 result.summary = engine.restore(source, output, dataclasses.replace(job, tracks_out=tracks),
-                                                on_frame=on_frame)
+                                                on_frame=on_frame, whole_photos=True)
             except Exception as exc:  # this file's failure; the other files are other jobs
                 result.error = error_line(exc)
         with lock:

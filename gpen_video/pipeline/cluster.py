@@ -90,10 +90,12 @@ class RestoreActor:
 
         return count
 
-    def restore(self, ticket: int, input: str, output: str, job: JobOptions, planned_frames: int | None) -> Summary:
+    def restore(self, ticket: int, input: str, output: str, job: JobOptions, planned_frames: int | None,
+                whole_photos: bool) -> Summary:
         """Restore one file."""
         try:
-            return self.engine.restore(input, output, job, on_frame=self._begin(ticket, planned_frames))
+            return self.engine.restore(input, output, job, on_frame=self._begin(ticket, planned_frames),
+                                       whole_photos=whole_photos)
         finally:
             self.counts.pop(ticket, None)
 
@@ -206,7 +208,7 @@ class ClusterEngine:
                              f"node sees, at the same path")
 
     def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
-                on_frame: FrameCallback | None = None) -> Summary:
+                on_frame: FrameCallback | None = None, whole_photos: bool = False) -> Summary:
         """Restore ``input`` into ``output``: on the next free slot, or split into segments across
         the free slots when it is long (see the module's docstring); progress comes to ``on_frame``."""
         job = job or JobOptions()
@@ -214,7 +216,7 @@ class ClusterEngine:
         split = self._segments(source, job) if output is not None else None
         if split is None:
             target = None if output is None else str(Path(output).resolve())
-            return self._on_actor("restore", (str(source), target, job, self.planned_frames), on_frame)
+            return self._on_actor("restore", (str(source), target, job, self.planned_frames, whole_photos), on_frame)
         return self._restore_split(source, Path(output).resolve(), job, *split, on_frame)
 
     def _segments(self, input: Path, job: JobOptions) -> tuple[VideoInfo, list[SegmentUnit]] | None:

@@ -74,9 +74,11 @@ class Engine:
         self.workers.interrupt()
 
     def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
-                on_frame: FrameCallback | None = None) -> Summary:
+                on_frame: FrameCallback | None = None, whole_photos: bool = False) -> Summary:
         """Restore ``input`` (a video, or an image by its extension) into ``output``; with
-        ``job.detect_only``, find its faces instead (``output`` None; see :meth:`find_faces`)."""
+        ``job.detect_only``, find its faces instead (``output`` None; see :meth:`find_faces`).
+        With ``whole_photos`` (a batch's files), a photo is restored whole whatever the time range,
+        which then applies to the videos; else a time range on a photo is an error."""
         job = job or JobOptions()
         if job.detect_only:
             if output is not None:
@@ -87,7 +89,7 @@ class Engine:
         if job.preview is not None:
             return self.preview(input, output, job.preview, job.overwrite, on_frame)
         if Path(input).suffix.lower() in IMAGE_EXTENSIONS:
-            return self.restore_image(input, output, job, on_frame)
+            return self.restore_image(input, output, job, on_frame, whole=whole_photos)
         return self.restore_video(input, output, job, on_frame)
 
     def _video(self, input: Path) -> VideoInput:
@@ -169,12 +171,14 @@ class Engine:
         return summary
 
     def restore_image(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
-                      on_frame: FrameCallback | None = None) -> Summary:
+                      on_frame: FrameCallback | None = None, whole: bool = False) -> Summary:
         """Restore the faces of one photo (EXIF orientation honoured) into another image file: a
-        one-picture job on the same pipeline, without smoothing (there is no time to smooth over)."""
+        one-picture job on the same pipeline, without smoothing (there is no time to smooth over).
+        A time range is an error, unless ``whole`` says to restore the photo whole anyway."""
         job = job or JobOptions()
         input, output = Path(input), Path(output)
-        self._refuse_range(input)
+        if not whole:
+            self._refuse_range(input)
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
         photo = read_image(input)
         with ImageWriter(output, job.overwrite, traits=photo.traits, strict=self.options.strict) as writer:
@@ -183,7 +187,7 @@ class Engine:
             chosen, choice, _ = choose_tracks(self.runner, input.name, photo_source(photo.picture()), pictures,
                                               on_frame)
             summary = self.runner.run(Pass(photo_source(photo.picture()), writer, pictures, self._tracks_file(job),
-                                           chosen=chosen), on_frame)
+                                           chosen=chosen, ranged=False), on_frame)
         summary.choice, summary.chosen = choice, sorted(chosen) if chosen is not None else None
         return summary
 
