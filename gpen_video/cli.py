@@ -41,6 +41,10 @@ EXAMPLES = """examples:
   gpen-video clips/ restored/ --skip-existing            every video and image in clips/, into restored/
   gpen-video a.mp4 b.mov c.jpg restored/ --name '{stem}_gpen.{ext}'
   gpen-video /nfs/clips/ /nfs/restored/ --ray auto       every file on the running Ray cluster, an actor per GPU
+  gpen-video --fetch-weights --mask parse                download what such a run needs, then work offline
+
+weights: the official GPEN models download on first use; their authors release them "for academic
+and non-commercial use only". For other use, pass --weights with weights you may use.
 """
 
 
@@ -122,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpen-video", usage=USAGE, epilog=EXAMPLES, formatter_class=_HelpFormatter,
         allow_abbrev=False,
         description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
-    p.add_argument("paths", nargs="+", metavar="INPUT ... OUTPUT",
+    p.add_argument("paths", nargs="*", metavar="INPUT ... OUTPUT",
                    help="INPUT OUTPUT: a video (mp4, mov, mkv, webm, ...) or image, and where to write it (the "
                         "container follows the extension); or several inputs and/or folders, then OUTDIR; "
                         "INPUT alone with --detect-only")
@@ -135,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true", help="the summary also says which decoder ran, where the "
                                                               "start-up went and how busy each stage was")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
+    model = groups["model"]
+    model.add_argument("--fetch-weights", action="store_true",
+                       help="download every checkpoint a run with these options needs (GPEN for --model, the "
+                            "--detector's, ParseNet's with --mask parse), say where each is, and stop: readies a "
+                            "machine that will run offline. Set GPEN_VIDEO_WEIGHTS_URL to fetch from a mirror")
     return p
 
 
@@ -161,6 +170,10 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)  # usage errors (exit 2) and --help before any file is read
     logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
     logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    if args.fetch_weights:
+        return _fetch_weights(parser, args)
+    if not args.paths:
+        parser.error("give an INPUT and an OUTPUT (or inputs and an OUTDIR)")
     if args.detect_only and len(args.paths) != 1:
         parser.error("--detect-only takes one INPUT and writes only --tracks-out: give no OUTPUT")
     if len(args.paths) < 2 and not args.detect_only:
@@ -210,6 +223,25 @@ def _main(argv: list[str] | None) -> int:
         print(summary.describe(STARTED, args.verbose), file=sys.stderr)
     if args.report is not None:
         return _write_report(args.report, [_single_record(args, summary)])
+    return 0
+
+
+def _fetch_weights(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--fetch-weights``: the run's checkpoints into the cache, where each one is said."""
+    if args.paths:
+        parser.error("--fetch-weights takes no INPUT or OUTPUT: it only downloads")
+    from .pipeline.fetch import fetch_needed
+
+    try:
+        options, _, _ = options_of(args)
+        fetched = fetch_needed(options, progress=not args.quiet)
+    except GpenVideoError as exc:
+        print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
+        return 1
+    for what, path in fetched:
+        print(f"{what}: {path}")
+    if not fetched:
+        print("nothing to fetch: every checkpoint these options need is a file given by its option")
     return 0
 
 

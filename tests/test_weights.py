@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import http.server
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,12 +15,10 @@ import torch
 
 from gpen_video.model.choices import OFFICIAL_MODELS, OfficialModel
 from gpen_video.model.config import GPENConfig
+from gpen_video.model.downloads import LICENCE_NOTICE, download, fetch, official_file
 from gpen_video.model.weights import (
-    LICENCE_NOTICE,
     WeightsError,
     check_layout,
-    download,
-    fetch,
     infer_config,
     load_gpen_weights,
     read_state_dict,
@@ -132,12 +133,12 @@ def test_rejects_files_that_are_not_gpen_checkpoints(golden, tmp_path):
 
 def test_downloads_into_the_cache_once(server, cache, caplog):
     model = _small_model(f"{server}/GPEN-small.pth")
-    path = fetch(model, progress=False)
+    path = fetch(official_file(model), progress=False)
     assert path == cache / "GPEN-small.pth"
     assert infer_config(read_state_dict(path)) == model.config
     assert [p.name for p in cache.iterdir()] == ["GPEN-small.pth"]
     _Handler.files = {}  # a second call must not touch the network
-    assert fetch(model, progress=False) == path
+    assert fetch(official_file(model), progress=False) == path
     # The official weights' terms are said once, as they download, not on every later start.
     notices = [r.getMessage() for r in caplog.records if "non-commercial" in r.getMessage()]
     assert notices == [LICENCE_NOTICE.format(name=model.name)]
@@ -152,7 +153,7 @@ def test_truncated_transfer_leaves_nothing_in_the_cache(server, cache):
 def test_offline_error_says_what_to_download_and_where(cache):
     model = _small_model("http://127.0.0.1:9/GPEN-small.pth")  # the discard port: nothing listens
     with pytest.raises(WeightsError) as info:
-        fetch(model, progress=False)
+        fetch(official_file(model), progress=False)
     message = str(info.value)
     assert "\n" not in message
     assert "http://127.0.0.1:9/GPEN-small.pth" in message
@@ -163,3 +164,44 @@ def test_offline_error_says_what_to_download_and_where(cache):
 def test_unknown_model_name_lists_the_choices():
     with pytest.raises(WeightsError, match="GPEN-BFR-512"):
         load_gpen_weights("GPEN-BFR-999")
+
+
+def _cli(*args: object, home: Path, mirror: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPEN_VIDEO_HOME": str(home), "GPEN_VIDEO_WEIGHTS_URL": mirror}
+    return subprocess.run([sys.executable, "-m", "gpen_video", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_fetch_weights_readies_a_machine_from_a_studio_mirror(server, tmp_path):
+    """``--fetch-weights`` downloads every file a run with those options needs from
+    ``GPEN_VIDEO_WEIGHTS_URL``, says where each went (the licence before GPEN's), and needs no
+    network the second time."""
+    files = {"/GPEN-BFR-512.pth": b"g" * 1000, "/detection_mobilenet0.25_Final.pth": b"d" * 100,
+             "/parsing_parsenet.pth": b"p" * 10}
+    _Handler.files = dict(files)
+    home = tmp_path / "home"
+    run = _cli("--fetch-weights", "--detector", "retinaface-mobile", "--mask", "parse", home=home, mirror=server)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [f"retinaface-mobile: {home / 'detection_mobilenet0.25_Final.pth'}",
+                                       f"GPEN-BFR-512: {home / 'GPEN-BFR-512.pth'}",
+                                       f"face parser: {home / 'parsing_parsenet.pth'}"]
+    assert "non-commercial" in run.stderr
+    assert {f"/{p.name}": p.read_bytes() for p in home.iterdir()} == files
+    _Handler.files = {}
+    again = _cli("--fetch-weights", "--detector", "retinaface-mobile", "--mask", "parse", home=home, mirror=server)
+    assert again.returncode == 0 and again.stderr == "" and again.stdout == run.stdout
+
+
+def test_an_offline_run_names_every_missing_file_at_once(tmp_path):
+    """Not one file per attempt: the detector, GPEN and the face parser in one line, each with its
+    URL, the path to save it as and the option that takes a file instead; nothing written."""
+    home, mirror = tmp_path / "home", "http://127.0.0.1:9/weights"  # the discard port: nothing listens
+    run = _cli(Path(__file__).resolve().parents[1] / "samples" / "portrait.mp4", tmp_path / "out.mp4", "--device",
+               "cpu", "--mask", "parse", home=home, mirror=mirror)
+    assert run.returncode == 1
+    line, = run.stderr.strip().splitlines()[-1:]
+    assert line.startswith("gpen-video: error: 3 weight file(s) are not in the cache and could not be downloaded")
+    for name, flag in (("detection_Resnet50_Final.pth", "--detector-weights"), ("GPEN-BFR-512.pth", "--weights"),
+                       ("parsing_parsenet.pth", "--parse-weights")):
+        assert f"{mirror}/{name} saved as {home / name} (or {flag} PATH)" in line
+    assert not (tmp_path / "out.mp4").exists() and not [p for p in home.rglob("*") if p.is_file()]

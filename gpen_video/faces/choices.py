@@ -15,6 +15,8 @@ DETECTORS = {
                           "detection_mobilenet0.25_Final.pth"),
 }
 DEFAULT_DETECTOR = "retinaface-r50"
+#: The face parser of ``--mask parse`` (facexlib's ParseNet, as the official GPEN uses).
+PARSE_URL = "https://github.com/xinntao/facexlib/releases/download/v0.2.2/parsing_parsenet.pth"
 DEFAULT_THRESHOLD = 0.9  # the official GPEN's detection confidence
 #: Which faces ``--faces`` restores (how each is chosen: select.py).
 FACE_CHOICES = ("all", "largest", "center")

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from ..errors import WeightsError
 from ..model.kinds import key_mismatch, misplaced
 from ..model.weights import helper_weights
+from .choices import PARSE_URL
 
-PARSE_URL = "https://github.com/xinntao/facexlib/releases/download/v0.2.2/parsing_parsenet.pth"
 PARSE_SIZE = 512  # the network's input and output side
 #: ParseNet's labels, in its output's channel order (CelebAMask-HQ's classes).
 LABELS = ("background", "skin", "nose", "eye_g", "l_eye", "r_eye", "l_brow", "r_brow", "l_ear", "r_ear", "mouth",

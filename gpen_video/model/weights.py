@@ -1,83 +1,21 @@
-"""GPEN checkpoints: the download cache and strict loading of any GPEN state dict."""
+"""GPEN checkpoints: which file a run loads (an official one from the cache, or the user's own),
+and the strict loading of any GPEN state dict."""
 
 from __future__ import annotations
 
-import http.client
-import logging
-import os
 import re
-import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
-from tqdm import tqdm
 
 from ..errors import WeightsError
-from .choices import DEFAULT_MODEL, OFFICIAL_MODELS, OfficialModel
+from .choices import DEFAULT_MODEL, OFFICIAL_MODELS
 from .config import GPENConfig
+from .downloads import fetch, helper_file, official_file
 from .kinds import misplaced
 from .reference import GPEN
-
-log = logging.getLogger(__name__)
-#: Said once, as the official weights download: the terms are their authors', not this tool's.
-LICENCE_NOTICE = ("{name}: GPEN's authors release their models \"for academic and non-commercial use only\" "
-                  "(the licence of github.com/yangxy/GPEN); for other use, pass --weights with GPEN-architecture "
-                  "weights you may use so")
-
-
-def cache_dir() -> Path:
-    """Where downloaded checkpoints live: ``$GPEN_VIDEO_HOME`` or ``~/.cache/gpen-video``."""
-    return Path(os.environ.get("GPEN_VIDEO_HOME") or Path.home() / ".cache" / "gpen-video")
-
-
-# ---- download -------------------------------------------------------------------------------------
-
-def download(url: str, dest: Path, expected_bytes: int | None = None, progress: bool = True) -> Path:
-    """Download ``url`` to ``dest`` atomically: a temp file beside it, renamed only once complete.
-
-    A failed or short transfer leaves nothing at ``dest`` and no temp file behind.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-            total = int(resp.headers.get("Content-Length") or 0) or expected_bytes
-            with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name,
-                      disable=not progress, leave=False) as bar:
-                received = 0
-                while chunk := resp.read(1 << 20):
-                    out.write(chunk)
-                    received += len(chunk)
-                    bar.update(len(chunk))
-        declared = int(resp.headers.get("Content-Length") or 0)
-        if declared and received != declared:
-            raise WeightsError(f"download of {url} was cut short: {received} of {declared} bytes")
-        os.replace(tmp, dest)
-    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-        raise WeightsError(f"cannot download {url}: {getattr(exc, 'reason', exc)}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return dest
-
-
-def fetch(model: OfficialModel, progress: bool = True) -> Path:
-    """The cached checkpoint of an official model, downloaded on first use."""
-    path = cache_dir() / model.filename
-    if path.is_file():
-        return path
-    log.warning(LICENCE_NOTICE.format(name=model.name))
-    try:
-        return download(model.url, path, model.approx_bytes, progress)
-    except WeightsError as exc:
-        raise WeightsError(
-            f"{model.name} weights are not in the cache and could not be downloaded ({exc}). "
-            f"Download {model.url} by hand and save it as {path}, or pass --weights PATH."
-        ) from None
 
 
 def helper_weights(what: str, url: str, path: str | Path | None, flag: str, progress: bool = True) -> Path:
@@ -88,14 +26,7 @@ def helper_weights(what: str, url: str, path: str | Path | None, flag: str, prog
         if not Path(path).is_file():
             raise WeightsError(f"{what} weights not found: {path}")
         return Path(path)
-    dest = cache_dir() / url.rsplit("/", 1)[1]
-    if dest.is_file():
-        return dest
-    try:
-        return download(url, dest, progress=progress)
-    except WeightsError as exc:
-        raise WeightsError(f"{what} weights are not in the cache and could not be downloaded ({exc}). "
-                           f"Download {url} by hand and save it as {dest}, or pass {flag} PATH.") from None
+    return fetch(helper_file(what, url, flag), progress)
 
 
 # ---- loading and validation -------------------------------------------------------------------------
@@ -190,7 +121,7 @@ def load_gpen_weights(model: str = DEFAULT_MODEL, weights: str | Path | None = N
     if weights is None:
         if model not in OFFICIAL_MODELS:
             raise WeightsError(f"unknown model {model!r}; choose one of {', '.join(OFFICIAL_MODELS)} or pass --weights")
-        path = fetch(OFFICIAL_MODELS[model], progress)
+        path = fetch(official_file(OFFICIAL_MODELS[model]), progress)
     else:
         path = Path(weights)
     state_dict = read_state_dict(path)

@@ -19,6 +19,7 @@ from ..worker.device import DeviceWorker
 from ..worker.messages import Worker
 from ..worker.process import process_workers
 from ..worker.restorer import compile_cache
+from .fetch import fetch_needed
 from .job import Job
 from .scheduler import WorkerPool
 
@@ -63,6 +64,7 @@ class Workers:
         every job, unless a worker process has died: the next job then starts them all again. A
         job that restores has GPEN loaded into them (its weights downloaded on first use); one
         that only finds faces does not."""
+        fetch_needed(self.options, restoring, self.progress)  # every missing file named at once, before any loads
         with self._building:
             if self._pool is not None and not self._pool.alive:
                 log.warning("a worker process has died: starting the workers again")

@@ -16,10 +16,10 @@ import torch
 from ..errors import PrecisionError
 from ..faces.align import invert_affine, reference_points, similarity_transforms, warp_faces
 from ..faces.parse import FaceParser, MaskSmoother
+from ..model.downloads import cache_dir
 from ..model.fast import build_inference_model
 from ..model.graphs import GraphedModel, padded
 from ..model.precision import TOLERANCE, finite_faces, reference_face, relative_difference
-from ..model.weights import cache_dir
 from ..options import RestoreOptions
 from .compose import Compositor
 from .messages import FaceSpec
