@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     run.add_argument("--verbose", action="store_true", help="the summary also says which decoder ran, where the "
                                                               "start-up went and how busy each stage was")
+    run.add_argument("--report", type=Path, metavar="PATH",
+                     help="also write what became of each file as JSON, for scripts and render managers: input, "
+                          "output, result, error, frames, faces, tracks, warnings and timings (the README gives the "
+                          "schema)")
     run.add_argument("--debug", action="store_true", help="show tracebacks")
     model = groups["model"]
     model.add_argument("--fetch-weights", action="store_true",
@@ -182,8 +186,8 @@ def _main(argv: list[str] | None) -> int:
         options, job, batch = options_of(args)  # checked before the heavy imports: a usage error answers at once
         if batch.ray is not None and (args.detect_only or job.preview is not None):
             raise UsageError("--ray restores files into an OUTDIR; --detect-only and --preview run here")
-        if batch.report is not None and not batch.report.resolve().parent.is_dir():
-            raise UsageError(f"--report: directory does not exist: {batch.report.resolve().parent}")
+        if args.report is not None and not args.report.resolve().parent.is_dir():
+            raise UsageError(f"--report: directory does not exist: {args.report.resolve().parent}")
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         from .pipeline.engine import Engine
@@ -293,10 +297,10 @@ def _run_batch(engine: BatchEngine, args: argparse.Namespace, job: JobOptions, b
     results = restore_many(engine, inputs, output_dir, batch, job, progress=not quiet, report=report)
     failed = [r for r in results if r.error]
     reported = 0
-    if batch.report is not None:
+    if args.report is not None:
         from .pipeline.report import file_record
 
-        reported = _write_report(batch.report, [file_record(r.input, r.output, r.summary, r.error, r.skipped)
+        reported = _write_report(args.report, [file_record(r.input, r.output, r.summary, r.error, r.skipped)
                                                 for r in results])
     if not quiet:
         print(f"{len(results)} file(s) in {time.perf_counter() - started:.1f} s: "

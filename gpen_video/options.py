@@ -94,6 +94,30 @@ def parse_time(text: str) -> float:
     return sum(part * 60 ** power for power, part in enumerate(reversed(parts)))
 
 
+def parse_rate(text: str) -> int:
+    """``--bitrate 8M``, ``8000k`` or ``8000000`` -> bits per second."""
+    import argparse
+
+    scale = {"k": 1000, "m": 1000**2, "g": 1000**3}.get(text.strip()[-1:].lower(), 1)
+    try:
+        return round(float(text.strip()[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes bits per second, as 8M, 8000k or 8000000; got {text!r}") from None
+
+
+def encoder_option_pairs(text: str) -> dict[str, str]:
+    """``tune=film,x264-params=aq-mode=3:ref=4`` -> {"tune": "film", "x264-params": "aq-mode=3:ref=4"}."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _key_values(text: str | None) -> str | None:
+    if text is None:
+        return None
+    bad = [item for item in text.split(",") if "=" not in item or not item.split("=", 1)[0].strip()]
+    return f"takes KEY=VALUE items separated by commas, got {bad[0]!r}" if bad or not text.strip() else None
+
+
 def option(default: Any, help: str, group: str, *, choices: typing.Iterable[str] | None = None,
            check: Check | None = None, parse: Callable[[str], Any] | None = None, metavar: str | None = None) -> Any:
     """A field with what the command line and the checks need: its ``help``, its flag ``group``,
@@ -177,6 +201,15 @@ class RestoreOptions(_Checked):
     crf: int | None = option(None, "quality (default: visually lossless for the codec; 0 = lossless x264)",
                              "encoding", check=_at_least(0))
     preset: str | None = option(None, "encoder preset (default: fast for x264/x265)", "encoding")
+    bitrate: int | None = option(None, "target video bit rate, as 8M or 8000k, instead of a quality target (--crf)",
+                                 "encoding", parse=parse_rate, metavar="RATE", check=_at_least(1000, "1000 or more"))
+    maxrate: int | None = option(None, "cap on the video bit rate, as 20M, as platforms ask for; with a quality "
+                                       "target, a capped one (the encoder's buffer holds two seconds of it)",
+                                 "encoding", parse=parse_rate, metavar="RATE", check=_at_least(1000, "1000 or more"))
+    encoder_options: str | None = option(None, "the encoder's own options as FFmpeg names them, comma-separated: "
+                                               "tune=film,x264-params=aq-mode=3:ref=4 (an option the encoder does "
+                                               "not have is an error)", "encoding", metavar="K=V,...",
+                                         check=_key_values)
     pix_fmt: str | None = option(None, "output pixel format (default: the input's, else the closest the encoder "
                                        "takes, with a warning naming the loss)", "encoding")
     encoder_threads: int = option(0, "encoder threads (default 0: the encoder's own choice, about 1.5 per core "
@@ -209,6 +242,8 @@ class RestoreOptions(_Checked):
         if self.worker == "process" and self.decoder == "nvdec":
             raise UsageError("--decoder nvdec needs --worker thread: NVDEC's pictures stay in this process's GPU "
                              "memory")
+        if self.bitrate is not None and self.crf is not None:
+            raise UsageError("--bitrate and --crf both set how good the video is; give one")
         if self.end is not None and self.end <= (self.start or 0.0):
             raise UsageError(f"--end {self.end:g} must come after --start {self.start or 0.0:g}")
 
@@ -313,9 +348,6 @@ class BatchOptions(_Checked):
                              "batch", metavar="ADDRESS", check=_ray_address)
     ray_actors: int | None = option(None, "actors with --ray (default: one per GPU of the cluster, else one per "
                                           "node)", "batch", check=_at_least(1, "a positive integer"))
-    report: Path | None = option(None, "also write what became of each file as JSON, for scripts and render "
-                                       "managers: input, output, result, error, frames, faces, tracks, warnings "
-                                       "and timings (the README gives the schema)", "output")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -88,6 +88,12 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
         "crf beyond x264's": ([SAMPLE, out, "--crf", "99"], "--crf 99 is beyond libx264's range, 0 to 51"),
         "crf beyond x265's": ([SAMPLE, out, "--codec", "libx265", "--crf", "60"],
                               "--crf 60 is beyond libx265's range, 0 to 51"),
+        "an option x264 lacks": ([SAMPLE, out, "--encoder-options", "tuen=film"],
+                                 "--encoder-options: libx264 has no option 'tuen'; did you mean tune?"),
+        "a bit rate prores lacks": ([SAMPLE, tmp / "out.mov", "--codec", "prores_ks", "--bitrate", "20M"],
+                                    "prores_ks takes no --bitrate"),
+        "bit rate and crf": ([SAMPLE, out, "--bitrate", "2M", "--crf", "20"],
+                             "--bitrate and --crf both set how good the video is; give one"),
         "no extension": ([SAMPLE, tmp / "out"], f"OUTPUT {tmp / 'out'} has no extension: name a file such as "
                                                  f"{tmp / 'out'}.mp4"),
         "a detector as --weights": ([SAMPLE, out, "--weights", shared_file("weights/retinaface_mobilenet0.25.pth")],
@@ -100,7 +106,8 @@ CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4"
               "output via link",
               "no output dir", "bad extension", "no such encoder", "not a gpen checkpoint", "truncated checkpoint",
               "missing gpu", "zero batch", "strength above 1", "negative encoder threads", "preset the codec lacks",
-              "crf the codec lacks", "crf beyond x264's", "crf beyond x265's", "no extension",
+              "crf the codec lacks", "crf beyond x264's", "crf beyond x265's", "no extension", "an option x264 lacks",
+              "a bit rate prores lacks", "bit rate and crf",
               "a detector as --weights"]
 
 

@@ -16,7 +16,7 @@ from gpen_video.errors import UsageError
 from gpen_video.options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
 
 #: Options the command line has for itself: they change how it reports, not what is done.
-CLI_ONLY = {"-h", "--help", "--version", "--quiet", "--debug"}
+CLI_ONLY = {"-h", "--help", "--version", "--quiet", "--verbose", "--debug", "--report", "--fetch-weights"}
 OWNERS = (RestoreOptions, JobOptions, BatchOptions)
 #: Options that only work with another, and the value the other gets in the tests.
 NEEDS = {"ray_actors": {"ray": "local"}}
@@ -35,12 +35,15 @@ def _other_value(owner: type, spec: dataclasses.Field):
         return value, ["1,2"]
     elif kind is Path:
         value = Path("some/file")
+    elif spec.name in ("bitrate", "maxrate"):
+        value = 2_000_000
     elif kind is int:
         value = (default or 0) + 2
     elif kind is float:
         value = default - 0.25 if default and default >= 0.5 else (default or 0) + 0.25
     else:
-        value = {"codec": "libx265", "name": "{stem}_gpen.{ext}", "ray": "local"}.get(spec.name, "x")
+        value = {"codec": "libx265", "name": "{stem}_gpen.{ext}", "ray": "local",
+                 "encoder_options": "tune=film"}.get(spec.name, "x")
     return value, [str(value)]
 
 

@@ -389,3 +389,27 @@ def test_outputs_start_with_their_index_unless_told_otherwise(small_gpen, tmp_pa
     assert decoded["default"] == decoded["resumed"] == decoded["kept at the end"] and len(decoded["default"]) == frames
     assert _packets(tmp_path / "default.mp4", 1) == _packets(tmp_path / "kept at the end.mp4", 1) != []
     tools.ffmpeg("-i", tmp_path / "default.mp4", "-f", "null", "-")  # FFmpeg reads it without a word
+
+
+def _video_rate(path: Path) -> float:
+    """The video stream's bits per second, from its packets."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        packets = [p for p in container.demux(stream) if p.size]
+        return 8 * sum(p.size for p in packets) / float(len(packets) / stream.average_rate)
+
+
+def test_bit_rates_and_the_encoder_s_own_options_reach_x264(small_gpen, tmp_path):
+    """--bitrate sets x264's rate, --maxrate caps even a near-lossless quality target, and
+    --encoder-options passes x264's own options through: x264 writes its settings into the stream
+    (its SEI), where tune=film's deblocking and the aq-mode given through x264-params show."""
+    src = corpus.excerpt(tmp_path / "in.mp4", tools.shared_file(tools.TALKING_HEAD), 1.0)
+    runs = {"low": ["--bitrate", "150k"], "high": ["--bitrate", "3M"], "capped": ["--crf", "8", "--maxrate", "400k"],
+            "tuned": ["--encoder-options", "tune=film,x264-params=aq-mode=3:ref=2"]}
+    for name, flags in runs.items():
+        run = gpen_video(small_gpen, src, tmp_path / f"{name}.mp4", *flags)
+        assert run.returncode == 0, run.stderr
+    low, high, capped = (_video_rate(tmp_path / f"{name}.mp4") for name in ("low", "high", "capped"))
+    assert low < 300_000 < 1_500_000 < high and capped < 800_000
+    settings = (tmp_path / "tuned.mp4").read_bytes()
+    assert b"deblock=1:-1:-1" in settings and b"aq=3:" in settings and b"ref=2 " in settings

@@ -7,14 +7,22 @@ refused with ``--strict``) before a frame is decoded.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import av
 
 from ..errors import OutputError
+from ..options import encoder_option_pairs
+
+if TYPE_CHECKING:
+    from ..options import RestoreOptions
 
 #: Visually lossless defaults per encoder family.
 DEFAULT_CRF = {"libx264": 18, "libx265": 20, "libvpx-vp9": 20, "libsvtav1": 24}
+#: Encoders that take a bit rate (--bitrate, --maxrate).
+RATE_TAKERS = frozenset({"libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_nvenc", "hevc_nvenc", "mpeg2video"})
 #: The highest --crf each encoder takes (the lowest is 0): x264 and x265 refuse more, or print
 #: their own error before FFmpeg's "Invalid data".
 MAX_CRF = {"libx264": 51, "libx265": 51, "libvpx-vp9": 63, "libsvtav1": 63}
@@ -137,11 +145,11 @@ def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, 
     return EncoderChoice(fallback, lossless=lossless, warnings=warnings)
 
 
-def checked_encoder(name: str, ext: str, allowed: frozenset[str], preset: str | None, crf: int | None
-                    ) -> av.codec.Codec:
+def checked_encoder(name: str, ext: str, allowed: frozenset[str], settings: RestoreOptions) -> av.codec.Codec:
     """The encoder ``name``, once it is known to exist, to encode video that an ``ext`` file can
-    hold, and to take ``--preset`` and ``--crf`` if given: FFmpeg would drop an option the
-    encoder does not know without a word."""
+    hold, and to take ``--preset``, ``--crf``, ``--bitrate``, ``--maxrate`` and each of
+    ``--encoder-options`` if given: FFmpeg would drop an option the encoder does not know without a word."""
+    preset, crf = settings.preset, settings.crf
     try:
         codec = av.codec.Codec(name, "w")
     except Exception:
@@ -156,22 +164,41 @@ def checked_encoder(name: str, ext: str, allowed: frozenset[str], preset: str | 
             raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
     if crf is not None and crf > MAX_CRF[codec.name]:
         raise OutputError(f"--crf {crf} is beyond {codec.name}'s range, 0 to {MAX_CRF[codec.name]}")
+    for flag, value in (("--bitrate", settings.bitrate), ("--maxrate", settings.maxrate)):
+        if value is not None and codec.name not in RATE_TAKERS:
+            raise OutputError(f"{codec.name} takes no {flag}; {', '.join(sorted(RATE_TAKERS))} do")
+    if settings.encoder_options:
+        known = av.CodecContext.create(codec.name, "w").supported_options
+        names = {o.name for o in (*known.generic, *known.private)}
+        for key in encoder_option_pairs(settings.encoder_options):
+            if key not in names:
+                near = difflib.get_close_matches(key, sorted(names), n=1)
+                hint = f"; did you mean {near[0]}?" if near else ""
+                raise OutputError(f"--encoder-options: {codec.name} has no option {key!r}{hint}")
     return codec
 
 
-def encoder_options(codec: str, choice: EncoderChoice, preset: str | None, crf: int | None) -> dict[str, str]:
-    """The encoder's options: what the input calls for, the quality (``crf``, else the codec's
-    visually lossless default, CRF 0 where standing in for a lossless codec) and the preset."""
+def encoder_options(codec: str, choice: EncoderChoice, settings: RestoreOptions) -> dict[str, str]:
+    """The encoder's options: what the input calls for; the quality (``--crf``, else a
+    ``--bitrate``, else the codec's visually lossless CRF, CRF 0 where standing in for a lossless
+    codec), capped at ``--maxrate``; the preset; last, ``--encoder-options``, which win."""
     options = dict(choice.options)
-    if crf is None:
+    crf, preset = settings.crf, settings.preset
+    if settings.bitrate is not None:
+        options["b"] = str(settings.bitrate)
+    elif crf is None:
         crf = 0 if choice.lossless else DEFAULT_CRF.get(codec)
     if crf is not None:
         options["crf"] = str(crf)
         if codec == "libvpx-vp9":
             options["b"] = "0"  # constant quality, not a bit rate
+    if settings.maxrate is not None:
+        options.update(maxrate=str(settings.maxrate), bufsize=str(2 * settings.maxrate))
     preset = preset or DEFAULT_PRESET.get(codec)
     if preset is not None:
         options["preset"] = preset
+    if settings.encoder_options:
+        options.update(encoder_option_pairs(settings.encoder_options))
     return options
 
 

@@ -97,7 +97,7 @@ class VideoWriter(AbortedOnError):
         rules = CONTAINERS[ext]
         src_video = video_stream(source)
         choice = choose_encoder(ext, rules.video, src_video, settings.codec, info.pix_fmt)
-        codec = checked_encoder(choice.codec, ext, rules.video, settings.preset, settings.crf)
+        codec = checked_encoder(choice.codec, ext, rules.video, settings)
         for message in choice.warnings:
             self._warn(message)
         if settings.pix_fmt:
@@ -174,7 +174,7 @@ class VideoWriter(AbortedOnError):
     def _setup(self, source: av.container.InputContainer, tracks: list[Track], rules: ContainerRules,
                ext: str) -> None:
         info = self.info
-        src_video, codec, _, _ = self._encoder_setup
+        src_video, codec, _, settings = self._encoder_setup
         video = self.container.add_stream(codec.name, rate=info.average_rate or None)
         video.time_base = info.time_base
         self._configure(video.codec_context)
@@ -189,8 +189,9 @@ class VideoWriter(AbortedOnError):
         try:
             self.container.start_encoding()
         except av.FFmpegError as exc:
+            given = f" (its options: --encoder-options {settings.encoder_options})" if settings.encoder_options else ""
             raise OutputError(f"cannot start encoding {self.output.name} with {codec.name}: "
-                              f"{exc.strerror or exc}") from None
+                              f"{exc.strerror or exc}{given}") from None
         self.companions.write_header_extras()
 
     def _configure(self, cc: av.codec.context.CodecContext) -> None:
@@ -217,7 +218,7 @@ class VideoWriter(AbortedOnError):
         if settings.encoder_threads:
             cc.thread_count = settings.encoder_threads
         cc.thread_type = THREAD_TYPE
-        options = encoder_options(codec.name, choice, settings.preset, settings.crf)
+        options = encoder_options(codec.name, choice, settings)
         if info.captions and codec.name == "libx265":
             options["a53cc"] = "1"  # off by default in FFmpeg's x265 wrapper, on in the others
         params = ["log-level=error"] if codec.name == "libx265" else []  # x265 prints its statistics otherwise
