@@ -48,6 +48,22 @@ and non-commercial use only". For other use, pass --weights with weights you may
 """
 
 
+#: The tool's own log: its notes and warnings, each a line of its own.
+OURS = logging.getLogger("gpen_video")
+
+
+def configure_logging(quiet: bool) -> None:
+    """The tool's notes (unless ``quiet``) and warnings on stderr, as ``gpen-video: ...`` lines;
+    the libraries' own logs (NVIDIA's video library announces its driver on every run) only when
+    they are errors, and named as theirs."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("gpen-video: %(message)s"))
+    OURS.handlers[:] = [handler]
+    OURS.propagate = False
+    OURS.setLevel(logging.WARNING if quiet else logging.INFO)
+    logging.basicConfig(level=logging.ERROR, format="gpen-video: %(name)s: %(message)s")
+
+
 def _interrupted_while_starting(signum: int, frame: object) -> None:
     """Ctrl-C while the heavy modules import: nothing exists yet, so the process ends here. Raising
     instead could land in Python code that torch's C++ is running (its import registers hooks
@@ -172,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # usage errors (exit 2) and --help before any file is read
-    logging.basicConfig(level=logging.WARNING, format="gpen-video: %(message)s")
-    logging.getLogger("gpen_video").setLevel(logging.WARNING if args.quiet else logging.INFO)
+    configure_logging(args.quiet)
     if args.fetch_weights:
         return _fetch_weights(parser, args)
     if not args.paths:
@@ -197,10 +212,11 @@ def _main(argv: list[str] | None) -> int:
         if batch.ray is not None:
             from .pipeline.cluster import ClusterEngine
 
-            with logging_redirect_tqdm(), ClusterEngine(options, batch.ray, batch.ray_actors, batch.jobs) as cluster:
+            cluster = ClusterEngine(options, batch.ray, batch.ray_actors, batch.jobs)
+            with logging_redirect_tqdm([OURS]), cluster:
                 return _run_batch(cluster, args, job, batch)
         # Log lines through tqdm: a warning given while a bar runs (as a file ends) gets a line of its own.
-        with logging_redirect_tqdm(), Engine(options, progress=not args.quiet) as engine:
+        with logging_redirect_tqdm([OURS]), Engine(options, progress=not args.quiet) as engine:
             if args.detect_only:
                 summary = engine.restore(Path(args.paths[0]), None, job)
                 print(summary.tracks_found.table())  # the result itself, on stdout; the summary goes to stderr

@@ -166,3 +166,14 @@ def test_image_round_trip_honours_exif(small_gpen, tmp_path):
     # A photo runs as a one-picture job in planar RGB: every pixel the face does not reach is exact.
     region = paste_region(frames[0]["faces"], SMALL_GPEN_SIZE, *upright.shape[:2])
     assert changed.any() and not changed[~region].any()
+
+
+def test_the_libraries_own_log_lines_stay_out_of_the_output_unless_they_are_errors():
+    """NVIDIA's video library logs its driver version on every NVDEC run: not the user's business."""
+    script = ("import logging; from gpen_video.cli import configure_logging; configure_logging(False); "
+              "logging.getLogger('PyNvVideoCodec').warning('Supported NVENC Driver Version: 208'); "
+              "logging.getLogger('PyNvVideoCodec').error('the driver is gone'); "
+              "logging.getLogger('gpen_video.pipeline').info('restoring on the CPU')")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.stderr.splitlines() == ["gpen-video: PyNvVideoCodec: the driver is gone",
+                                       "gpen-video: restoring on the CPU"]
