@@ -13,19 +13,22 @@ import torch
 
 SHARED = Path(os.environ.get("GPEN_VIDEO_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 REQUIRE_SHARED = os.environ.get("GPEN_VIDEO_REQUIRE_SHARED") == "1"
+#: The few reference files a clone carries, by the same relative paths (tests/data/SOURCES.md).
+CARRIED = Path(__file__).resolve().parent / "data"
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def shared_file(relative: str) -> Path:
-    """A file from ../shared; skips when it is absent, or fails under GPEN_VIDEO_REQUIRE_SHARED=1 (CI)."""
-    path = SHARED / relative
-    if not path.exists():
-        message = f"reference data {path} is absent (set GPEN_VIDEO_SHARED to the shared/ folder)"
-        if REQUIRE_SHARED:
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
+    """A reference file: from ../shared, else from the clone's own tests/data; skips when it is in
+    neither, or fails under GPEN_VIDEO_REQUIRE_SHARED=1 (CI)."""
+    for root in (SHARED, CARRIED):
+        if (root / relative).exists():
+            return root / relative
+    message = f"reference data {SHARED / relative} is absent (set GPEN_VIDEO_SHARED to the shared/ folder)"
+    if REQUIRE_SHARED:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -60,10 +63,26 @@ SMALL_GPEN_SIZE = 64  # the face size of the golden GPEN that ``small_gpen`` hol
 
 
 @pytest.fixture(scope="session")
-def small_gpen(golden, tmp_path_factory) -> Path:
-    """The golden GPEN (64 px, random weights) as a checkpoint file: a real GPEN, fast on a CPU."""
+def small_gpen(tmp_path_factory) -> Path:
+    """The golden GPEN (64 px, random weights) as a checkpoint file: a real GPEN, fast on a CPU.
+    Without ../shared, one of the same configuration with seeded random weights (as their init
+    draws them), so that a clone tests the command line on real faces all the same."""
     path = tmp_path_factory.mktemp("weights") / "gpen_small.pth"
-    torch.save(golden["state_dict"], path)
+    golden = SHARED / "gpen_reference" / "golden_small.pt"
+    if golden.exists() or REQUIRE_SHARED:
+        torch.save(torch.load(shared_file("gpen_reference/golden_small.pt"), weights_only=True)["state_dict"], path)
+        return path
+    from gpen_video.model.reference import GPEN
+
+    torch.manual_seed(0)
+    model = GPEN(SMALL_GPEN_SIZE, channel_multiplier=1, narrow=0.125)
+    with torch.no_grad():  # as the golden file draws them: biases and noise weights off their constant init
+        for name, tensor in model.state_dict().items():
+            if name.endswith("noise.weight"):
+                tensor.normal_(0, 0.5)
+            elif name.endswith(".bias"):
+                tensor.add_(torch.randn_like(tensor) * 0.1)
+    torch.save(model.state_dict(), path)
     return path
 
 

@@ -196,7 +196,7 @@ def test_ctrl_c_in_a_batch_stops_the_files_under_way_and_leaves_none_of_them(sma
             "--detector-weights", shared_file("weights/retinaface_mobilenet0.25.pth")]
     proc = subprocess.Popen(list(map(str, args)), stderr=subprocess.PIPE, text=True)
     seen = ""
-    while not re.search(r"\| [1-9]\d*/300 ", seen):  # frames have come out of the first jobs
+    while not re.search(r"restoring 3 files: [1-9]\d*/300 frames", seen):  # frames have come out of the first jobs
         seen += proc.stderr.read(1)
         assert proc.poll() is None, seen
     proc.send_signal(signal.SIGINT)
