@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import GpenVideoError, UsageError, error_line
-from .options import BatchOptions, JobOptions, Range, RestoreOptions, flag_of, value_type
+from .options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
+from .values import Range
 
 STARTED = time.perf_counter()  # start-up is reported from here: the heavy imports come later, in functions
 

@@ -12,7 +12,8 @@ import pytest
 
 from gpen_video.errors import UsageError
 from gpen_video.faces.track import FaceTracker
-from gpen_video.options import RestoreOptions, parse_time
+from gpen_video.options import RestoreOptions
+from gpen_video.values import parse_time
 
 from . import corpus
 from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region, plane_region, shared_file

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import av
 
 from ..errors import OutputError
-from ..options import encoder_option_pairs
+from ..values import encoder_option_pairs
 
 if TYPE_CHECKING:
     from ..options import RestoreOptions
