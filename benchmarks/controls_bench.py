@@ -38,11 +38,11 @@ SMOKE_SOURCE = "talking_head_speech_liveportrait_d20.mp4"  # one large face: fou
 
 
 def random_parsenet(path: Path) -> Path:
-    """ParseNet with random (seeded) weights, saved at ``path``."""
-    from facexlib.parsing.parsenet import ParseNet
+    """ParseNet with random (seeded) weights, saved at ``path`` (the device has no facexlib)."""
+    from gpen_video.faces.parsenet import ParseNet
 
     torch.manual_seed(0)
-    torch.save(ParseNet(in_size=512, out_size=512, parsing_ch=19).state_dict(), path)
+    torch.save(ParseNet().state_dict(), path)
     return path
 
 

@@ -1,9 +1,10 @@
 """``--mask parse``: the paste-back mask from a face-parsing network, as the official GPEN makes it.
 
-facexlib's ParseNet labels every pixel of the restored face (19 classes, at 512 px). The mask
-keeps what is the person's face and head (skin, brows, eyes and glasses, ears and earrings,
-nose, mouth and lips, hair, neck and necklace) and drops the background, a hat and clothes,
-so that a hand, a microphone or a collar in front of or beside the face stays as decoded. As in
+ParseNet (faces/parsenet.py, run with facexlib's checkpoint) labels every pixel of the restored
+face (19 classes, at 512 px). The mask keeps what is the person's face and head (skin, brows,
+eyes and glasses, ears and earrings, nose, mouth and lips, hair, neck and necklace) and drops
+the background, a hat and clothes, so that a hand, a microphone or a collar in front of or
+beside the face stays as decoded. As in
 GPEN's own paste-back, the mask's outer 20 px (of 512) are cleared and it is blurred twice
 (Gaussian, 101 px, sigma 11) so that no edge shows. It is worked out in the aligned crop, where a
 face holds still from frame to frame, so a track's masks can be averaged over time there
@@ -21,8 +22,9 @@ from ..errors import WeightsError
 from ..model.kinds import key_mismatch, misplaced
 from ..model.weights import helper_weights
 from .choices import PARSE_URL
+from .parsenet import SIZE as PARSE_SIZE
+from .parsenet import ParseNet
 
-PARSE_SIZE = 512  # the network's input and output side
 #: ParseNet's labels, in its output's channel order (CelebAMask-HQ's classes).
 LABELS = ("background", "skin", "nose", "eye_g", "l_eye", "r_eye", "l_brow", "r_brow", "l_ear", "r_ear", "mouth",
           "u_lip", "l_lip", "hair", "hat", "ear_r", "neck_l", "neck", "cloth")
@@ -66,14 +68,12 @@ class FaceParser:
 
     def __init__(self, weights: str | Path | None = None, device: str | torch.device = "cpu",
                  half: bool = False, progress: bool = True) -> None:
-        from facexlib.parsing.parsenet import ParseNet
-
         path = helper_weights("face parser", PARSE_URL, weights, "--parse-weights", progress)
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:
             raise WeightsError(f"{path} is not a readable face-parser checkpoint: {exc}") from None
-        net = ParseNet(in_size=PARSE_SIZE, out_size=PARSE_SIZE, parsing_ch=len(LABELS))
+        net = ParseNet(labels=len(LABELS))
         try:
             net.load_state_dict(state, strict=True)
         except RuntimeError:
@@ -88,7 +88,7 @@ class FaceParser:
         """(F, 3, S, S) RGB faces in [0, 255] -> (F, 512, 512) label ids."""
         x = F.interpolate(faces.float(), size=(PARSE_SIZE, PARSE_SIZE), mode="bilinear", align_corners=False)
         x = (x / 127.5 - 1.0).to(self.dtype)
-        return torch.cat([self.net(x[i : i + _CHUNK])[0].argmax(1) for i in range(0, len(x), _CHUNK)])
+        return torch.cat([self.net(x[i : i + _CHUNK]).argmax(1) for i in range(0, len(x), _CHUNK)])
 
     def masks(self, faces: torch.Tensor) -> torch.Tensor:
         """(F, 3, S, S) restored RGB faces in [0, 255] -> their (F, S, S) paste-back masks in [0, 1]."""
