@@ -22,6 +22,7 @@ class PlainProgress:
         self.started = time.perf_counter()
         self.last: float | None = None  # when the last line was written
         self.first = (self.started, initial)  # when the first line was written, and the count then
+        self.shown = initial  # the count the last line gave
         self.postfix: dict[str, object] = {}
 
     def update(self, count: int = 1) -> None:
@@ -34,13 +35,14 @@ class PlainProgress:
         self.postfix = values
 
     def close(self) -> None:
-        """The last line, with the final count."""
-        self._line(time.perf_counter())
+        """The last line, with the final count (none where no frame came since the last line)."""
+        if self.last is not None and self.done != self.shown:
+            self._line(time.perf_counter())
         self.disable = True
 
     def _line(self, now: float) -> None:
         first = self.last is None
-        self.last = now
+        self.last, self.shown = now, self.done
         if self.disable:
             return
         extra = "".join(f", {key} {value}" for key, value in self.postfix.items())
