@@ -97,6 +97,8 @@ class Runner:
                       logs=plan.logs, on_frame=count, start_frame=plan.start_frame, fields=pictures.fields,
                       fps=pictures.fps, span=span, chosen=plan.chosen, restore=plan.restore,
                       whole_tracks=self.options.selects, stop_frame=plan.stop_frame)
+            if plan.restore:
+                self.workers.restoring_begins()
             try:
                 with self.workers.running(job):
                     result = job.run()

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 #: cache and 23.7 s with a cold one (run AS): it pays from ~16 000 faces warm, ~75 000 cold
 #: (BENCHMARKS.md). A one-face render, bound by its encoder, gains nothing measurable.
 COMPILE_FROM_FRAMES = {"warm": 16000, "cold": 75000}
-#: Said once GPEN is loaded on the CPU: GPEN-512 took 7 s a face there on 2 cores (fp32), where one
+#: Said as the first job on the CPU restores: GPEN-512 took 7 s a face there on 2 cores (fp32), where one
 #: H200 restores over 700 faces a second (BENCHMARKS.md).
 CPU_NOTE = ("restoring on the CPU: expect seconds per face (GPEN-512 takes about 7 s a face on 2 cores), "
             "where one GPU restores hundreds of faces a second")
@@ -50,6 +50,7 @@ class Workers:
         self._jobs_lock = threading.Lock()
         self._interrupted = False
         self._startup: dict[str, float] = {}  # how the first job's start-up went, until it reports it
+        self._told_cpu = False  # whether a run on the CPU has been said to be slow
 
     def compiles(self, frames: int | None) -> bool:
         """Whether GPU workers compile, for ``frames`` of work (None: unknown, taken as long)."""
@@ -87,8 +88,6 @@ class Workers:
                     loading.result()
                 label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
                 self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
-                if "cpu" in self.devices:
-                    log.info(CPU_NOTE)
             return self._pool
 
     def _new_workers(self, compiled: bool) -> list[Worker]:
@@ -98,6 +97,13 @@ class Workers:
         # The processes load the detector from a file: fetched here, once, with this run's progress.
         path = detector_weights(self.options.detector, self.options.detector_weights, self.progress)
         return process_workers(replace(self.options, detector_weights=path), self.devices, compiled)
+
+    def restoring_begins(self) -> None:
+        """A job is about to restore: on the CPU, the first one hears how slow that is (said here,
+        after every check a job makes, so that a refused job's error stays its only line)."""
+        if "cpu" in self.devices and not self._told_cpu:
+            self._told_cpu = True
+            log.info(CPU_NOTE)
 
     def take_startup(self) -> dict[str, float]:
         """How the workers' start went, for the first job that reports it (then empty)."""
