@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import glob
 import os
+import tempfile
 from pathlib import Path
 from typing import TypeVar
 
@@ -41,6 +42,21 @@ def remove_stale_partials(output: Path) -> None:
 
 
 _Written = TypeVar("_Written", bound="AbortedOnError")
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all, even after a power cut or ``kill -9``: written to
+    a hidden file beside it, flushed to disk, then renamed into place (removed if anything fails)."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 class AbortedOnError:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import shutil
 import struct
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from ..errors import OutputError, failures_as
 from .demux import SeekPoint
 from .frames import SourceFrame
 from .opening import open_input, video_stream
+from .outputs import write_atomically
 from .writer import WRITE_FAILURES, VideoWriter
 
 _RECORD = struct.Struct("<qqqBI")  # pts, dts, duration, key frame, payload size
@@ -49,7 +49,7 @@ class SegmentStore:
                     raise OutputError(f"{directory} holds the work of another job (other input or options); "
                                       f"delete it, or rerun with the options it was started with")
             else:
-                _write_atomically(manifest, json.dumps(job, indent=1).encode())
+                write_atomically(manifest, json.dumps(job, indent=1).encode())
         except OSError as exc:
             raise OutputError(f"cannot use the work directory {directory}: {exc.strerror or exc}") from None
 
@@ -73,7 +73,7 @@ class SegmentStore:
             payload = bytes(p)
             chunks += [_RECORD.pack(_NONE if p.pts is None else p.pts, _NONE if p.dts is None else p.dts,
                                     p.duration or 0, int(p.is_keyframe), len(payload)), payload]
-        _write_atomically(self._path(index), b"".join(chunks))
+        write_atomically(self._path(index), b"".join(chunks))
 
     def load(self, index: int) -> list[av.Packet]:
         data = self._path(index).read_bytes()
@@ -134,16 +134,6 @@ def plan_segments(path: Path, segment_frames: int, context: int) -> list[Segment
         seek = SeekPoint(order[key_indices[before - 1]], key_indices[before - 1]) if start and before else None
         units.append(SegmentUnit(segment, start, min(start + segment_frames, len(order)), seek))
     return units
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """A file that exists whole or not at all, even after a power cut or ``kill -9``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class SegmentedWriter:

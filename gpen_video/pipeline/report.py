@@ -4,12 +4,11 @@ is in the README ("Reports"); its ``version`` changes whenever a field's meaning
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from .. import __version__
 from ..errors import OutputError, failures_as
+from ..media.outputs import write_atomically
 from .summary import Summary
 
 #: The schema's version: 1 is the first.
@@ -38,12 +37,4 @@ def write_report(path: Path, records: list[dict]) -> None:
     """The report at ``path``, whole or not at all: written beside it, then renamed into place."""
     document = {"tool": "gpen-video", "version": __version__, "schema": SCHEMA, "files": records}
     with failures_as(OutputError, f"cannot write the report {path}"):
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
-        try:
-            with os.fdopen(descriptor, "w") as file:
-                json.dump(document, file, indent=1)
-                file.write("\n")
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_atomically(path, (json.dumps(document, indent=1) + "\n").encode())
