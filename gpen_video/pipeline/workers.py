@@ -65,13 +65,15 @@ class Workers:
         every job, unless a worker process has died: the next job then starts them all again. A
         job that restores has GPEN loaded into them (its weights downloaded on first use); one
         that only finds faces does not."""
-        fetch_needed(self.options, restoring, self.progress)  # every missing file named at once, before any loads
         with self._building:
             if self._pool is not None and not self._pool.alive:
                 log.warning("a worker process has died: starting the workers again")
                 self._retire(self._pool)
                 self._pool = None
             if self._pool is None:
+                # Every file the job needs, fetched before anything loads (under the lock: jobs that
+                # start at once download each file once): offline, one error names them all.
+                fetch_needed(self.options, restoring, self.progress)
                 # The tracker's imports (SciPy, up to a second beside the other stages' start) run
                 # while the workers start, not on the first frame's way: the first job's track
                 # thread then finds them done, or waits only for the rest of them.
@@ -81,6 +83,7 @@ class Workers:
                 self._startup["workers"] = time.perf_counter() - start
             workers = self._pool.workers
             if restoring and not all(w.restores for w in workers):
+                fetch_needed(self.options, restoring, self.progress)  # GPEN's and the parser's, all named at once
                 start = time.perf_counter()
                 state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
                 loaded = time.perf_counter()
