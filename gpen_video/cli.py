@@ -236,7 +236,7 @@ def _main(argv: list[str] | None) -> int:
     except GpenVideoError as exc:
         if args.debug:
             raise
-        print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
+        _say_error(exc)
         if args.report is not None and not is_batch(args.paths) and args.report.resolve().parent.is_dir():
             _write_report(args.report, [_single_record(args, error=error_line(exc))])
         return 1
@@ -245,6 +245,11 @@ def _main(argv: list[str] | None) -> int:
     if args.report is not None:
         return _write_report(args.report, [_single_record(args, summary)])
     return 0
+
+
+def _say_error(exc: GpenVideoError) -> None:
+    """The one line a user is shown for an error they can act on."""
+    print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
 
 
 def _fetch_weights(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -257,7 +262,7 @@ def _fetch_weights(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         options, _, _ = options_of(args)
         fetched = fetch_needed(options, progress=not args.quiet)
     except GpenVideoError as exc:
-        print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
+        _say_error(exc)
         return 1
     for what, path in fetched:
         print(f"{what}: {path}")
@@ -281,7 +286,7 @@ def _write_report(path: Path, records: list[dict]) -> int:
     try:
         write_report(path, records)
     except GpenVideoError as exc:
-        print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
+        _say_error(exc)
         return 1
     return 0
 
