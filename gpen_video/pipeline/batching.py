@@ -1,12 +1,32 @@
-"""How a job's pictures are grouped: frames per batch, frames in flight, where a restoration
+"""How a job's pictures are grouped: what they are, frames per batch, frames in flight, where a restoration
 batch is cut, and the time range whose faces are restored."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..media.fields import FieldOrder
 from ..media.frames import SourceFrame
 from .scheduler import QUEUED_DETECTIONS, QUEUED_RESTORATIONS
+
+
+@dataclass(frozen=True)
+class Pictures:
+    """What a job's pictures are, as probed: how many (None: unknown), their upright size, the
+    smoothing they take (none for a photo), and a video's fields and rate."""
+
+    frames: int | None
+    height: int
+    width: int
+    smooth: float
+    fields: FieldOrder | None = None
+    fps: float = 25.0
+
+    def batch_frames(self, batch_size: int) -> int:
+        """Pictures to a detection batch (:func:`frames_per_batch`), never more than there are: a
+        photo's detection runs on one."""
+        return min(frames_per_batch(batch_size, self.width * self.height), self.frames or batch_size)
+
 
 #: The frame size batches are counted for (1080p); larger frames get fewer per batch.
 REFERENCE_PIXELS = 1920 * 1080

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..faces.select import TrackSurvey, describe_tracks
+from .batching import Pictures
 from .interfaces import FrameSource, NoOutput
-from .runner import FrameCallback, Pass, Pictures, Runner
+from .runner import FrameCallback, Pass, Runner
 
 
 def choose_tracks(runner: Runner, name: str, source: FrameSource, pictures: Pictures,

@@ -22,11 +22,12 @@ from ..media.segments import SegmentedWriter, SegmentUnit
 from ..media.video_input import VideoInput
 from ..media.writer import VideoWriter
 from ..options import JobOptions, RestoreOptions
+from .batching import Pictures
 from .choose import choose_tracks
 from .interfaces import FaceLog, FrameSource, NoOutput
 from .paths import check_paths, segment_store
 from .preview import preview
-from .runner import FrameCallback, Pass, Pictures, Runner
+from .runner import FrameCallback, Pass, Runner
 from .scheduler import WorkerPool
 from .summary import Summary
 from .workers import Workers
@@ -47,9 +48,10 @@ class Engine:
         #: Frames of all the work planned (a batch's), which ``--compile auto`` decides on; None: the first job's.
         self.planned_frames: int | None = None
 
-    def pool(self, frames: int | None, restoring: bool = True) -> WorkerPool:
+    def pool(self, frames: int | None, restoring: bool = True, pictures: Pictures | None = None) -> WorkerPool:
         """The workers (see :meth:`Workers.pool`), compiled or not for the planned work, else ``frames``."""
-        return self.workers.pool(self.planned_frames if self.planned_frames is not None else frames, restoring)
+        return self.workers.pool(self.planned_frames if self.planned_frames is not None else frames, restoring,
+                                 pictures)
 
     def parallel_jobs(self, requested: int) -> int:
         """Files a batch runs at once on this engine: as many as asked (``--jobs``); they share the workers."""
@@ -124,7 +126,7 @@ class Engine:
                 VideoWriter(output, container, video.info, self.options, job.overwrite) as encoder:
             # After the writer, which checks the encoder settings: a wrong option must not cost
             # a download. Before --resume's work directory, which a failed download must not leave.
-            self.pool(video.info.frames)
+            self.pool(video.info.frames, pictures=pictures)
             with video.own_pass() as first_pass:
                 chosen, choice, _ = choose_tracks(self.runner, input.name, first_pass, pictures, on_frame)
             writer: VideoWriter | SegmentedWriter = encoder
@@ -158,14 +160,15 @@ class Engine:
                 VideoWriter(store.directory / f"unit-{unit.segment:06d}{output.suffix}", container, video.info,
                             self.options, overwrite=True) as scratch:
             writer = SegmentedWriter(scratch, store, input, job.segment_frames, unit=unit.segment)
-            self.pool(video.info.frames)
+            pictures = self._pictures(video)
+            self.pool(video.info.frames, pictures=pictures)
             tracker = FaceTracker(smooth=self.options.smooth)
             end = unit.stop + tracker.context  # the frames after the unit that its last frames need
 
             def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
                 return video.frames(container, streams, unit.seek, end)
 
-            summary = self.runner.run(Pass(source, writer, self._pictures(video), start_frame=unit.start,
+            summary = self.runner.run(Pass(source, writer, pictures, start_frame=unit.start,
                                            stop_frame=unit.stop, tracker=tracker), on_frame)
         summary.decoder = video.describe()
         return summary
@@ -182,8 +185,8 @@ class Engine:
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
         photo = read_image(input)
         with ImageWriter(output, job.overwrite, traits=photo.traits, strict=self.options.strict) as writer:
-            self.pool(1)
             pictures = Pictures(1, photo.frame.height, photo.frame.width, smooth=0)
+            self.pool(1, pictures=pictures)
             chosen, choice, _ = choose_tracks(self.runner, input.name, photo_source(photo.picture()), pictures,
                                               on_frame)
             summary = self.runner.run(Pass(photo_source(photo.picture()), writer, pictures, self._tracks_file(job),
@@ -204,13 +207,14 @@ class Engine:
         if input.suffix.lower() in IMAGE_EXTENSIONS:
             self._refuse_range(input)
             photo = read_image(input)
-            self.pool(1, restoring=False)
             pictures = Pictures(1, photo.frame.height, photo.frame.width, smooth=0)
+            self.pool(1, restoring=False, pictures=pictures)
             return self._find(photo_source(photo.picture()), input, tracks_out, on_frame, pictures)
         video = self._video(input)
-        self.pool(video.info.frames, restoring=False)
+        pictures = self._pictures(video)
+        self.pool(video.info.frames, restoring=False, pictures=pictures)
         with video.own_pass() as source:
-            summary = self._find(source, input, tracks_out, on_frame, self._pictures(video))
+            summary = self._find(source, input, tracks_out, on_frame, pictures)
         summary.decoder = video.describe()
         return summary
 

@@ -13,8 +13,9 @@ from ..media.probe import VideoInfo
 from ..media.seek import SeekReport
 from ..media.sheet import PanelCapture, contact_sheet
 from ..media.video_input import VideoInput
+from .batching import Pictures
 from .choose import choose_tracks
-from .runner import FrameCallback, Pass, Pictures, Runner
+from .runner import FrameCallback, Pass, Runner
 from .summary import Summary
 
 

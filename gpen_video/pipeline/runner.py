@@ -10,29 +10,15 @@ from dataclasses import dataclass
 
 from ..faces.select import KnownTracks
 from ..faces.track import FaceTracker
-from ..media.fields import FieldOrder
 from ..options import RestoreOptions
 from ..progress import progress_bar
-from .batching import TimeRange, frames_per_batch
+from .batching import Pictures, TimeRange
 from .interfaces import FaceLog, FrameSource, Writer
 from .job import Job
 from .summary import Summary
 from .workers import Workers
 
 FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on them)
-
-
-@dataclass(frozen=True)
-class Pictures:
-    """What a job's pictures are, as probed: how many (None: unknown), their upright size, the
-    smoothing they take (none for a photo), and a video's fields and rate."""
-
-    frames: int | None
-    height: int
-    width: int
-    smooth: float
-    fields: FieldOrder | None = None
-    fps: float = 25.0
 
 
 @dataclass(frozen=True)
@@ -72,9 +58,7 @@ class Runner:
         lowered = [w.out_of_memory for w in pool.workers]
         try:
             tracker = plan.tracker or FaceTracker(smooth=pictures.smooth)
-            # Never more frames to a batch than the job has: a photo's detection runs on one frame.
-            batch_frames = min(frames_per_batch(self.options.batch_size, pictures.width * pictures.height),
-                               frames or self.options.batch_size)
+            batch_frames = pictures.batch_frames(self.options.batch_size)
             bar = progress_bar("restoring" if plan.restore else "finding faces", total=frames,
                                initial=plan.start_frame, unit="frame",
                                disable=not self.progress or on_frame is not None)

@@ -13,6 +13,7 @@ pool drops the job's remaining work and goes on with the others.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import defaultdict, deque
@@ -24,8 +25,9 @@ import torch
 
 from ..media.frames import SourceFrame
 from ..transfer import Pending
-from ..worker.messages import DetectBatch, Detected, RestoreBatch, Restored, ToEncode, Worker
+from ..worker.messages import DetectBatch, Detected, PrepareDetection, RestoreBatch, Restored, ToEncode, Worker
 
+log = logging.getLogger(__name__)
 #: Restoration batches a worker keeps queued on its device before it collects the oldest.
 QUEUED_RESTORATIONS = 2
 #: Detection batches likewise: a worker collects a detection once the next is queued, not at once.
@@ -53,20 +55,22 @@ class JobPort(Protocol):
 
 @dataclass
 class _Assigned:
-    """A task with the job it belongs to: the messages stay data, the pool routes the results."""
+    """A task with the job it belongs to (None: the pool's own), so that the messages stay data
+    and the pool routes the results."""
 
-    job: JobPort
-    task: DetectBatch | RestoreBatch
+    job: JobPort | None
+    task: DetectBatch | RestoreBatch | PrepareDetection
 
 
 class _Tasks:
-    """Work for the workers, of every job: detection batches for whichever worker is free,
-    restoration batches for a worker of the device that holds their frames (any when None)."""
+    """Work for the workers, of every job: detection batches for whichever worker is free;
+    restoration batches for a worker of the device that holds their frames (any when None), and
+    preparations for the worker of their device, both before any detection."""
 
     def __init__(self) -> None:
         self.ready = threading.Condition()
         self.detect: deque[_Assigned] = deque()
-        self.restore: defaultdict[torch.device | None, deque[_Assigned]] = defaultdict(deque)
+        self.on_device: defaultdict[torch.device | None, deque[_Assigned]] = defaultdict(deque)
         self.closed = False  # no more work: workers exit once their queues are empty
 
     def put(self, assigned: _Assigned) -> None:
@@ -76,7 +80,7 @@ class _Tasks:
             if isinstance(assigned.task, DetectBatch):
                 self.detect.append(assigned)
             else:
-                self.restore[assigned.task.device].append(assigned)
+                self.on_device[assigned.task.device].append(assigned)
             self.ready.notify_all()
 
     def close(self) -> None:
@@ -89,7 +93,7 @@ class _Tasks:
         ``wait``, when there is none yet."""
         with self.ready:
             while True:
-                for waiting in (self.restore[device], self.restore[None], self.detect):
+                for waiting in (self.on_device[device], self.on_device[None], self.detect):
                     if waiting:
                         return waiting.popleft()
                 if self.closed or not wait:
@@ -101,9 +105,9 @@ class _Tasks:
         with self.ready:
             dropped = [a for a in self.detect if a.job is job]
             self.detect = deque(a for a in self.detect if a.job is not job)
-            for device, waiting in self.restore.items():
+            for device, waiting in self.on_device.items():
                 dropped += [a for a in waiting if a.job is job]
-                self.restore[device] = deque(a for a in waiting if a.job is not job)
+                self.on_device[device] = deque(a for a in waiting if a.job is not job)
             return dropped
 
 
@@ -161,6 +165,13 @@ class WorkerPool:
     def submit(self, job: JobPort, task: DetectBatch | RestoreBatch) -> None:
         self.tasks.put(_Assigned(job, task))
 
+    def prepare(self, frames: int, height: int, width: int) -> None:
+        """Each worker readies its detector for a coming job's pictures (``frames`` to a batch of
+        ``height`` x ``width``) on its own thread, now: on a GPU that takes about a second, which
+        then passes while GPEN loads and the job's first frames decode, not after them."""
+        for worker in self.workers:
+            self.tasks.put(_Assigned(None, PrepareDetection(worker.device, frames, height, width)))
+
     def forget(self, job: JobPort) -> None:
         """A stopped job's queued work goes, and the device memory its frames hold."""
         for assigned in self.tasks.drop(job):
@@ -183,6 +194,9 @@ class WorkerPool:
                     return
                 continue
             job, task = assigned.job, assigned.task
+            if job is None:
+                self._prepare(worker, task)
+                continue
             if job.stopped:
                 _release(task.frames)
                 continue
@@ -203,6 +217,13 @@ class WorkerPool:
                     restoring.append((job, task.frames, pending))
                 if len(restoring) >= QUEUED_RESTORATIONS:
                     self._restored(worker, *restoring.popleft())
+
+    @staticmethod
+    def _prepare(worker: Worker, task: PrepareDetection) -> None:
+        try:
+            worker.prepare_detection(task.frames, task.height, task.width)
+        except Exception as exc:  # ahead of time: the job's first detection meets the cause again, and reports it
+            log.debug("preparing detection on %s failed: %s", worker.device, exc)
 
     def _queue(self, worker: Worker, job: JobPort, stage: str, frames: list[SourceFrame],
                queue: Callable[[], Pending]) -> Pending | None:

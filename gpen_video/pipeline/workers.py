@@ -19,6 +19,7 @@ from ..worker.device import DeviceWorker
 from ..worker.messages import Worker
 from ..worker.process import process_workers
 from ..worker.restorer import compile_cache
+from .batching import Pictures
 from .fetch import fetch_needed
 from .job import Job
 from .scheduler import WorkerPool
@@ -60,11 +61,12 @@ class Workers:
         warm = cache.is_dir() and any(cache.iterdir())
         return frames is None or frames >= COMPILE_FROM_FRAMES["warm" if warm else "cold"]
 
-    def pool(self, frames: int | None, restoring: bool = True) -> WorkerPool:
+    def pool(self, frames: int | None, restoring: bool = True, pictures: Pictures | None = None) -> WorkerPool:
         """The workers, built on first use (compiled for ``frames`` of work), then the same for
         every job, unless a worker process has died: the next job then starts them all again. A
         job that restores has GPEN loaded into them (its weights downloaded on first use); one
-        that only finds faces does not."""
+        that only finds faces does not. With the job's ``pictures``, the workers ready their
+        detection for them meanwhile."""
         with self._building:
             if self._pool is not None and not self._pool.alive:
                 log.warning("a worker process has died: starting the workers again")
@@ -81,6 +83,8 @@ class Workers:
                 start = time.perf_counter()
                 self._pool = WorkerPool(self._new_workers(self.compiles(frames)))
                 self._startup["workers"] = time.perf_counter() - start
+            if pictures is not None:
+                self._pool.prepare(pictures.batch_frames(self.options.batch_size), pictures.height, pictures.width)
             workers = self._pool.workers
             if restoring and not all(w.restores for w in workers):
                 fetch_needed(self.options, restoring, self.progress)  # GPEN's and the parser's, all named at once

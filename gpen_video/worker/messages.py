@@ -71,6 +71,20 @@ class Worker(Protocol):
     def close(self) -> None: ...
 
 
+# ---- engine -> workers ------------------------------------------------------------------------
+
+@dataclass
+class PrepareDetection:
+    """For the worker on ``device``, ahead of a job's first detection: ready its detector for
+    batches of up to ``frames`` pictures of ``height`` x ``width`` (see
+    :meth:`Worker.prepare_detection`), while GPEN loads and the first frames decode."""
+
+    device: torch.device
+    frames: int
+    height: int
+    width: int
+
+
 # ---- decode -> workers -> tracker -------------------------------------------------------------
 
 @dataclass

@@ -89,7 +89,7 @@ class ProcessWorker:
         self._waiting: dict[int, Future] = {}
         self._lock = threading.Lock()  # one request on the pipe at a time, in the order the futures are made
         self._died: WorkerDied | None = None
-        self._detection: tuple[int, int, int] | None = None
+        self._prepared: set[tuple[int, int, int]] = set()  # detection shapes the process is ready for
         context = multiprocessing.get_context("spawn")  # CUDA cannot run in a forked child
         self._pipe, theirs = context.Pipe()
         self.process = context.Process(target=serve, args=(theirs, options, device, self.compiled),
@@ -130,10 +130,13 @@ class ProcessWorker:
         return Pending(loaded, _HOST)
 
     def prepare_detection(self, frames: int, height: int, width: int) -> None:
-        self._detection = (frames, height, width)  # sent with the next detection
+        """The process readies its detector (once for each shape; the pool asks before every batch)."""
+        if (frames, height, width) not in self._prepared:
+            self._call("prepare", frames, height, width).result()
+            self._prepared.add((frames, height, width))
 
     def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]:
-        future = self._call("detect", self._detection, self._refs(frames))
+        future = self._call("detect", self._refs(frames))
         return Pending(future.result, _HOST)
 
     def queue_restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
@@ -238,10 +241,11 @@ def serve(pipe: multiprocessing.connection.Connection, options: RestoreOptions, 
             elif kind == "load":
                 worker.load_restorer(args[0])
                 pipe.send((number, True, (worker.face_batch, worker.take_notes())))
+            elif kind == "prepare":
+                worker.prepare_detection(*args)
+                pipe.send((number, True, None))
             elif kind == "detect":
-                detection, refs = args
-                if detection is not None:
-                    worker.prepare_detection(*detection)
+                (refs,) = args
                 slots = [ref.slot.view(blocks) for ref in refs]
                 queued.append((number, kind, worker.queue_detect(_frames(refs, slots)), slots))
             elif kind == "restore":
