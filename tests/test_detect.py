@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import cv2
 import numpy as np
 import pytest
@@ -12,9 +10,11 @@ import torch
 from gpen_video.errors import WeightsError
 from gpen_video.faces import detect as detect_module
 from gpen_video.faces.detect import FaceDetector
+from gpen_video.faces.retinaface import RetinaFace, anchors, decode_boxes, decode_landmarks, suppress
 from gpen_video.faces.track import track_faces
 from gpen_video.media.demux import read_frames
 
+from . import facexlib_references as references
 from .conftest import read_rgb, shared_file
 
 
@@ -80,40 +80,29 @@ def test_detection_replayed_as_a_cuda_graph_finds_the_same_faces_without_waiting
         np.testing.assert_allclose([f.landmarks for f in faces], [f.landmarks for f in reference], atol=0.1)
 
 
-def _facexlib_retinaface(backbone: str = "mobile0.25"):
-    """facexlib's own RetinaFace as facexlib runs it: MobileNet-0.25 with the reference weights,
-    ResNet-50 with seeded random ones (the official file is too large to ship)."""
-    from facexlib.detection.retinaface import RetinaFace
-
-    torch.manual_seed(0)
-    with warnings.catch_warnings():  # facexlib passes torchvision's deprecated `pretrained=False`
-        warnings.simplefilter("ignore")
-        net = RetinaFace(network_name=backbone, device=torch.device("cpu"))
-    if backbone == "mobile0.25":
-        state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
-        net.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
+def _mobile_retinaface() -> RetinaFace:
+    """The mobile RetinaFace with the reference weights, as loaded: its batch norms not folded."""
+    state = torch.load(shared_file("weights/retinaface_mobilenet0.25.pth"), map_location="cpu", weights_only=True)
+    net = RetinaFace("mobile0.25")
+    net.load_state_dict({k.removeprefix("module."): v for k, v in state.items()}, strict=True)
     return net.eval()
 
 
 def test_folded_batch_norms_leave_the_networks_outputs(detector):
-    unfolded = _facexlib_retinaface()
     image = torch.from_numpy(read_rgb("whole_two_people.jpg")).permute(2, 0, 1)[None].float() - 117
     with torch.no_grad():
-        expected, got = unfolded(image), detector.net(image)
+        expected, got = _mobile_retinaface()(image), detector.net(image)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in detector.net.modules())
     for a, b in zip(expected, got, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("photo", ["whole_Solvay_conference_1927.png", "whole_deface_city.jpg"])
+@pytest.mark.parametrize("photo", references.DETECTED_PHOTOS)
 def test_faces_are_those_of_facexlibs_own_detection(detector, photo):
     """The host-side suppression over the candidates that come back finds what facexlib's
-    reference path (every box over the threshold, suppressed in NumPy) finds, in the same order."""
-    reference = _facexlib_retinaface()
-    rgb = read_rgb(photo)
-    with torch.no_grad():
-        expected = reference.detect_faces(np.ascontiguousarray(rgb[..., ::-1]), conf_threshold=detector.threshold)
-    faces = detector.detect(rgb[None])[0]
+    reference path (every box over the threshold, suppressed in NumPy) found, in the same order."""
+    expected = references.load()[f"detected/{photo}"]
+    faces = detector.detect(read_rgb(photo)[None])[0]
     assert len(faces) == len(expected) > 3
     for face, row in zip(faces, expected):
         assert abs(face.score - row[4]) < 1e-3
@@ -200,42 +189,34 @@ def test_detector_weights_path_is_used_as_given(tmp_path):
 
 @pytest.mark.parametrize("backbone", ["mobile0.25", "resnet50"])
 def test_the_network_computes_what_facexlibs_retinaface_computes(backbone):
-    """The detector's own RetinaFace (which loads no torchvision) gives facexlib's outputs bit for
-    bit, with facexlib's weights; its anchors and decoding likewise."""
-    from facexlib.detection.retinaface_utils import PriorBox, batched_decode, batched_decode_landm
-
-    from gpen_video.faces.retinaface import RetinaFace, anchors, decode_boxes, decode_landmarks
-
-    reference = _facexlib_retinaface(backbone)
-    ours = RetinaFace(backbone).eval()
-    ours.load_state_dict(reference.state_dict(), strict=True)
-    frames = torch.rand(2, 3, 150, 190) * 255 - 110
+    """The detector's own RetinaFace (which loads no torchvision) gives facexlib's outputs, with
+    the reference weights (ResNet-50's seeded: the official file is too large to ship); its
+    anchors and decoding likewise."""
+    stored = references.load()
+    ours = _mobile_retinaface() if backbone == "mobile0.25" else RetinaFace(backbone).eval()
+    if backbone == "resnet50":
+        ours.load_state_dict(references.seeded_weights(ours, seed=3), strict=True)
     with torch.no_grad():
-        assert all(torch.equal(a, b) for a, b in zip(ours(frames), reference(frames)))
-    for height, width in ((150, 190), (562, 1000), (37, 41)):
-        assert torch.equal(anchors(height, width), PriorBox(reference.cfg, image_size=(height, width)).forward())
+        outputs = ours(references.detector_frames())
+    for name, got in zip(("boxes", "scores", "landmarks"), outputs, strict=True):
+        np.testing.assert_allclose(got.numpy(), stored[f"{backbone}/{name}"], rtol=1e-5, atol=1e-5, err_msg=name)
+    for height, width in references.ANCHOR_SIZES:
+        assert np.array_equal(anchors(height, width).numpy(), stored[f"anchors/{height}x{width}"])
     priors = anchors(150, 190)[None].expand(2, -1, -1)
-    offsets = torch.randn(2, priors.shape[1], 14)
-    variance = reference.cfg["variance"]
-    assert torch.equal(decode_boxes(offsets[..., :4], priors), batched_decode(offsets[..., :4], priors, variance))
-    assert torch.equal(decode_landmarks(offsets[..., 4:], priors),
-                       batched_decode_landm(offsets[..., 4:].contiguous(), priors, variance))
+    offsets = references.decoder_offsets(priors.shape[1])
+    np.testing.assert_allclose(decode_boxes(offsets[..., :4], priors).numpy(), stored["decoded/boxes"],
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(decode_landmarks(offsets[..., 4:], priors).numpy(), stored["decoded/landmarks"],
+                               rtol=1e-6, atol=1e-6)
 
 
 def test_the_suppression_keeps_the_boxes_torchvisions_nms_keeps():
-    import torchvision
-
-    from gpen_video.faces.retinaface import suppress
-
-    rng = np.random.default_rng(0)
-    for _ in range(300):
-        count = int(rng.integers(1, 80))
-        corner = rng.uniform(0, 100, (count, 2)).astype(np.float32)
-        boxes = np.concatenate([corner, corner + rng.uniform(1, 40, (count, 2)).astype(np.float32)], 1)
-        scores = rng.uniform(0, 1, count).astype(np.float32)
-        for overlap in (0.3, 0.4, 0.7):
-            want = torchvision.ops.nms(torch.from_numpy(boxes), torch.from_numpy(scores), overlap).tolist()
-            assert suppress(boxes, scores, overlap) == want
+    stored = references.load()
+    kept = np.split(stored["nms/kept"], np.cumsum(stored["nms/counts"])[:-1])
+    cases = references.nms_cases()
+    assert len(kept) == len(cases)
+    for (boxes, scores, overlap), want in zip(cases, kept):
+        assert suppress(boxes, scores, overlap) == want.tolist()
 
 
 def test_a_detector_start_loads_neither_torchvision_nor_dynamo():
