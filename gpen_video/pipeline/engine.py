@@ -102,10 +102,6 @@ class Engine:
         return VideoInput(input, self.options.decoder, gpus[0] if gpus else None, self.options.start,
                           self.options.allow_truncated)
 
-    def _pictures(self, video: VideoInput) -> Pictures:
-        info = video.info
-        return Pictures(info.frames, *info.shown, self.options.smooth, info.fields, info.fps)
-
     def restore_video(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
                       on_frame: FrameCallback | None = None) -> Summary:
         """Restore every face in ``input`` (those chosen, with ``--faces`` or ``--tracks``) and
@@ -121,19 +117,20 @@ class Engine:
         input, output = Path(input), Path(output)
         check_paths(input, output, job.overwrite, CONTAINERS)
         video = self._video(input)
-        pictures = self._pictures(video)
         with video.open() as container, \
                 VideoWriter(output, container, video.info, self.options, job.overwrite) as encoder:
+            info = video.info
+            pictures = Pictures(info.frames, *info.shown, self.options.smooth, info.fields, info.fps)
             # After the writer, which checks the encoder settings: a wrong option must not cost
             # a download. Before --resume's work directory, which a failed download must not leave.
-            self.pool(video.info.frames, pictures=pictures)
+            self.pool(info.frames, pictures=pictures)
             with video.own_pass() as first_pass:
                 chosen, choice, _ = choose_tracks(self.runner, input.name, first_pass, pictures, on_frame)
             writer: VideoWriter | SegmentedWriter = encoder
             start_frame = 0
             if job.resume:
-                writer = SegmentedWriter(encoder, segment_store(input, output, job, self.options), input,
-                                         job.segment_frames)
+                store = segment_store(input, output, job, self.options)
+                writer = SegmentedWriter(encoder, store, input, job.segment_frames)
                 start_frame = writer.first_frame
 
             def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
@@ -160,8 +157,9 @@ class Engine:
                 VideoWriter(store.directory / f"unit-{unit.segment:06d}{output.suffix}", container, video.info,
                             self.options, overwrite=True) as scratch:
             writer = SegmentedWriter(scratch, store, input, job.segment_frames, unit=unit.segment)
-            pictures = self._pictures(video)
-            self.pool(video.info.frames, pictures=pictures)
+            info = video.info
+            pictures = Pictures(info.frames, *info.shown, self.options.smooth, info.fields, info.fps)
+            self.pool(info.frames, pictures=pictures)
             tracker = FaceTracker(smooth=self.options.smooth)
             end = unit.stop + tracker.context  # the frames after the unit that its last frames need
 
@@ -211,8 +209,9 @@ class Engine:
             self.pool(1, restoring=False, pictures=pictures)
             return self._find(photo_source(photo.picture()), input, tracks_out, on_frame, pictures)
         video = self._video(input)
-        pictures = self._pictures(video)
-        self.pool(video.info.frames, restoring=False, pictures=pictures)
+        info = video.info
+        pictures = Pictures(info.frames, *info.shown, self.options.smooth, info.fields, info.fps)
+        self.pool(info.frames, restoring=False, pictures=pictures)
         with video.own_pass() as source:
             summary = self._find(source, input, tracks_out, on_frame, pictures)
         summary.decoder = video.describe()
