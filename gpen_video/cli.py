@@ -62,7 +62,14 @@ def configure_logging(quiet: bool) -> None:
     OURS.handlers[:] = [handler]
     OURS.propagate = False
     OURS.setLevel(logging.WARNING if quiet else logging.INFO)
-    logging.basicConfig(level=logging.ERROR, format="gpen-video: %(name)s: %(message)s")
+    # Filtered on the handler too: a library may set its own logger's level (NVIDIA's does), and
+    # its records then reach the root's handlers whatever the root's level is.
+    libraries = logging.StreamHandler()
+    libraries.setLevel(logging.ERROR)
+    libraries.setFormatter(logging.Formatter("gpen-video: %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [libraries]
+    root.setLevel(logging.ERROR)
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
