@@ -6,16 +6,19 @@ the fields were taken: its lines alone, half as high, tagged with :class:`~.colo
 The devices make it whole by line doubling for detection, tracking and restoration, and keep only
 its own lines of the result. The encoder gets the frame woven again from its two fields: the lines
 of a field without faces are the decoded ones, bit for bit, and the output is coded interlaced
-with the input's field order.
+with the input's field order. Both happen here: :func:`split_fields` on the decoder's side,
+:func:`weave` on the encoder's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import av
 
-from .colour import copy_colour_tags, frame_planes, planes_to_frame, writable_planes
+from .colour import FieldLines, copy_colour_tags, frame_planes, planes_to_frame, writable_planes
+from .frames import FieldOf, FrameBuffers, SourceFrame
 
 #: AVFieldOrder values: which field is stored and which is shown first.
 _PROGRESSIVE, _TT, _BB, _TB, _BT = 1, 2, 3, 4, 5
@@ -145,3 +148,15 @@ class FieldStamp:
             self.graph.configure()
         self.graph.push(frame)
         return copy_colour_tags(frame, self.graph.pull())
+
+
+def split_fields(source: SourceFrame, order: FieldOrder, field_time: float) -> list[SourceFrame]:
+    """The two field pictures of a decoded frame, in the order they were taken, numbered on from
+    twice the frame's index; ``field_time`` is the time between them. Each has buffers of its own."""
+    pictures = []
+    for n, parity in enumerate(order.parities):
+        layout = dataclasses.replace(source.layout, field=FieldLines(parity, source.frame.height))
+        pictures.append(dataclasses.replace(source, index=2 * source.index + n, frame=field_frame(source.frame, parity),
+                                            layout=layout, buffers=FrameBuffers(),
+                                            field=FieldOf(source, parity, n * field_time)))
+    return pictures

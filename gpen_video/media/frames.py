@@ -1,10 +1,9 @@
 """A decoded picture as the stages pass it on: its frame, its layout, and its copies beside it in
-pinned and device memory (:class:`FrameBuffers`); an interlaced frame's two fields as pictures
-of their own (:func:`split_fields`)."""
+pinned and device memory (:class:`FrameBuffers`). An interlaced frame's two fields become
+pictures of their own in :mod:`.fields`."""
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,8 +13,7 @@ import av
 import numpy as np
 import torch
 
-from .colour import FieldLines, PlaneLayout, to_rgb
-from .fields import FieldOrder, field_frame
+from .colour import PlaneLayout, to_rgb
 
 
 class Decoded(NamedTuple):
@@ -119,7 +117,7 @@ class SourceFrame:
     #: packet could not be decoded and the previous frame stands in, at this frame's time.
     damage: str = ""
     buffers: FrameBuffers = field(default_factory=FrameBuffers)  # its copies in pinned and device memory
-    field: FieldOf | None = None  # set for a field of an interlaced frame (split_fields)
+    field: FieldOf | None = None  # set for a field of an interlaced frame (fields.split_fields)
 
     @property
     def time(self) -> float:
@@ -128,16 +126,3 @@ class SourceFrame:
     def rgb(self) -> np.ndarray:
         """Upright RGB24, converted on the CPU (for tests and tools; the pipeline converts on its devices)."""
         return to_rgb(self.frame, self.layout)
-
-
-
-def split_fields(source: SourceFrame, order: FieldOrder, field_time: float) -> list[SourceFrame]:
-    """The two field pictures of a decoded frame, in the order they were taken, numbered on from
-    twice the frame's index; ``field_time`` is the time between them. Each has buffers of its own."""
-    pictures = []
-    for n, parity in enumerate(order.parities):
-        layout = dataclasses.replace(source.layout, field=FieldLines(parity, source.frame.height))
-        pictures.append(dataclasses.replace(source, index=2 * source.index + n, frame=field_frame(source.frame, parity),
-                                            layout=layout, buffers=FrameBuffers(),
-                                            field=FieldOf(source, parity, n * field_time)))
-    return pictures

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import av
 
 from ..faces.track import FaceTracker, TrackedFrame
-from ..media.fields import FieldOrder, weave
-from ..media.frames import SourceFrame, split_fields
+from ..media.fields import FieldOrder, split_fields, weave
+from ..media.frames import SourceFrame
 from ..worker.messages import (
     DecodingDone,
     DetectBatch,
