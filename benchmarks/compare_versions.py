@@ -1,16 +1,18 @@
 """Versions of the tool on the same clips, side by side in one run: every run a fresh process,
 the versions taking turns, so a change's effect on speed is measured on one machine rather than
 across leases. Each older version is a folder holding its ``gpen_video`` package, named after
-the folder; this checkout is "new". ``--also NAME=JSON`` adds this checkout run with more
+the folder; this checkout is "new", run with ``--compile on`` unless ``--with`` says otherwise
+(older versions run with their defaults and ``--with``). ``--also NAME=JSON`` adds this checkout run with more
 options of ``restore_video`` (e.g. ``two-workers='{"workers_per_device": 2}'``), and ``--with JSON``
 gives every version the same options (e.g. ``'{"compile": "off"}'`` where the older versions
 spell it so). Each row also has
 every stage's busy share of the run (the summary's), which says where a difference comes from,
 the process's wall time, and when the job's first picture left each stage (``first_picture_s``,
-from the job's start; versions before the summary had it leave it empty). A version's fps counts whatever it does inside its measured time
-once per job (session 11's code captured the detector's CUDA graph before that time, later
-code inside it): ``--marginal SECONDS`` also runs a clip that long and reports the speed over
-the frames the long clip has beyond it, in which such costs cancel.
+from the job's start; versions before the summary had it leave it empty). A version's fps counts
+whatever it does inside its measured time once per job (session 11's code captured the
+detector's CUDA graph before that time, later code inside it): ``--marginal SECONDS`` also runs
+a clip that long and reports the speed over the frames the long clip has beyond it, in which
+such costs cancel.
 
     git archive REV gpen_video | tar -x -C /tmp/REV      # each version to compare against
     python benchmarks/compare_versions.py --old /tmp/REV [/tmp/REV2 ...] --weights G.pth --detector-weights R.pth

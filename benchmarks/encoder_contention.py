@@ -27,7 +27,8 @@ from pathlib import Path
 #: name -> what it adds to a plain transcode (decode thread + encode thread, the tool's reader/writer)
 VARIANTS = {
     "transcode": "nothing",
-    "transcode-planes": "each frame copied into a new frame by the encoding thread (restored frames were, to session 10)",
+    "transcode-planes": ("each frame copied into a new frame by the encoding thread "
+                         "(restored frames were, to session 10)"),
     "transcode-held": "up to 192 decoded frames waiting for the encoder instead of 64 (the pipeline holds ~150)",
     "transcode-detecting": "a thread detecting faces in 16 random frames, over and over, on the device",
     "no-faces": "the whole pipeline, every face filtered out by size: detection and tracking, no restoration",
@@ -115,19 +116,19 @@ def _altered(variant: str) -> Iterator[None]:
     """For the block, the pipeline's frames in flight doubled (``in-flight-2x``), its batches of
     frames kept at ``--batch-size`` whatever the frame size (``whole-batches``), or every frame
     taken to lie outside the time range (``no-detection``, run with ``--start 0``)."""
-    from gpen_video.pipeline import batching, job, runner
+    from gpen_video.pipeline import batching, job
 
-    saved = job.frames_in_flight, runner.frames_per_batch, batching.TimeRange.tracks
+    saved = job.frames_in_flight, batching.frames_per_batch, batching.TimeRange.tracks
     if variant == "in-flight-2x":
         job.frames_in_flight = lambda *args: 2 * saved[0](*args)
     if variant == "whole-batches":
-        runner.frames_per_batch = lambda batch_size, pixels: batch_size
+        batching.frames_per_batch = lambda batch_size, pixels: batch_size
     if variant == "no-detection":
         batching.TimeRange.tracks = lambda span, time: False
     try:
         yield
     finally:
-        job.frames_in_flight, runner.frames_per_batch, batching.TimeRange.tracks = saved
+        job.frames_in_flight, batching.frames_per_batch, batching.TimeRange.tracks = saved
 
 
 @contextlib.contextmanager
@@ -261,7 +262,8 @@ def main() -> None:
     for row in rows:
         ratio = f"{row['fps'] / transcode:.2f}" if transcode else ""
         name, _, decoder = row["variant"].partition(":")
-        print(f"| {row['variant']} | {VARIANTS[name]}{f' ({decoder})' if decoder else ''} | {row['fps']:.1f} | {ratio} |")
+        variant = f"{VARIANTS[name]} ({decoder})" if decoder else VARIANTS[name]
+        print(f"| {row['variant']} | {variant} | {row['fps']:.1f} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -389,7 +389,8 @@ def main() -> None:
               f"| 1 | {rows['crowd_faces_per_s']:.1f} | 1.00 | {rows['our_fps']:.1f} | {rows['transcode_fps']:.1f} |\n"
               f"| {rows['gpus']} | {rows['crowd_faces_per_s_all_gpus']:.1f} | {rows['crowd_scaling']:.2f} | "
               f"{rows['our_fps_all_gpus']:.1f} | {rows['transcode_fps']:.1f} |\n"
-              f"\nGPU busy with all GPUs: crowd {rows['crowd_all_gpus_gpu_busy']}, one face {rows['one_face_all_gpus_gpu_busy']}")
+              f"\nGPU busy with all GPUs: crowd {rows['crowd_all_gpus_gpu_busy']}, "
+              f"one face {rows['one_face_all_gpus_gpu_busy']}")
 
 
 if __name__ == "__main__":

@@ -162,7 +162,9 @@ def test_gpu_busy_share_tells_a_busy_gpu_from_an_idle_one():
 
 def test_encoder_contention_smoke(tmp_path, golden):
     rows = {r["variant"]: r for r in _smoke("encoder_contention.py", tmp_path, golden,
-                                            "--variants", "transcode,transcode-planes,encode-only,encode-beside-python,no-faces,no-detection,default:cpu")}
+                                            "--variants",
+                                            "transcode,transcode-planes,encode-only,encode-beside-python,no-faces,"
+                                            "no-detection,default:cpu")}
     assert all(r["fps"] > 0 for r in rows.values())
     # The thread accounting names the pipeline's device worker, and adds up to no more than the process used.
     for row in rows.values():
