@@ -91,6 +91,11 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
                               "--crf 60 is beyond libx265's range, 0 to 51"),
         "an option x264 lacks": ([SAMPLE, out, "--encoder-options", "tuen=film"],
                                  "--encoder-options: libx264 has no option 'tuen'; did you mean tune?"),
+        "a parameter x264 refuses": ([SAMPLE, out, "--encoder-options", "x264-params=ref=2:nonsense=1"],
+                                     "--encoder-options: libx264 refused x264-params: Error parsing option "
+                                     "'nonsense = 1'."),
+        "a value x265 refuses": ([SAMPLE, out, "--codec", "libx265", "--encoder-options", "x265-params=keyint=abc"],
+                                 "--encoder-options: libx265 refused x265-params: Invalid value for keyint: abc."),
         "a bit rate prores lacks": ([SAMPLE, tmp / "out.mov", "--codec", "prores_ks", "--bitrate", "20M"],
                                     "prores_ks takes no --bitrate"),
         "bit rate and crf": ([SAMPLE, out, "--bitrate", "2M", "--crf", "20"],

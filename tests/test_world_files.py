@@ -413,3 +413,19 @@ def test_bit_rates_and_the_encoder_s_own_options_reach_x264(small_gpen, tmp_path
     assert low < 300_000 < 1_500_000 < high and capped < 800_000
     settings = (tmp_path / "tuned.mp4").read_bytes()
     assert b"deblock=1:-1:-1" in settings and b"aq=3:" in settings and b"ref=2 " in settings
+
+
+def test_x265_takes_the_parameters_given_beside_the_tools_own(small_gpen, tmp_path):
+    """x265's parameter list also carries the tool's own entries (its log level, HDR metadata):
+    the user's x265-params join them rather than being replaced, and x265 writes what it was
+    given into the stream (its SEI)."""
+    src = corpus.excerpt(tmp_path / "in.mp4", tools.shared_file(tools.TALKING_HEAD), 1.0)
+    out = tmp_path / "out.mp4"
+    run = gpen_video(small_gpen, src, out, "--codec", "libx265", "--encoder-options",
+                     "x265-params=keyint=7:min-keyint=7:scenecut=0")
+    assert run.returncode == 0, run.stderr
+    settings = out.read_bytes()
+    assert all(entry in settings for entry in (b" keyint=7 ", b" min-keyint=7 ", b" scenecut=0 "))
+    with av.open(str(out)) as container:
+        keys = [i for i, frame in enumerate(container.decode(video=0)) if frame.key_frame]
+    assert keys[:3] == [0, 7, 14]

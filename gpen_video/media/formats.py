@@ -8,13 +8,17 @@ refused with ``--strict``) before a frame is decoded.
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import av
+import av.logging
 
 from ..errors import OutputError
 from ..values import encoder_option_pairs
+from .hdr import PARAMS_OPTION
 
 if TYPE_CHECKING:
     from ..options import RestoreOptions
@@ -175,7 +179,39 @@ def checked_encoder(name: str, ext: str, allowed: frozenset[str], settings: Rest
                 near = difflib.get_close_matches(key, sorted(names), n=1)
                 hint = f"; did you mean {near[0]}?" if near else ""
                 raise OutputError(f"--encoder-options: {codec.name} has no option {key!r}{hint}")
+        refused = _refused_parameter(codec.name, encoder_option_pairs(settings.encoder_options))
+        if refused is not None:
+            raise OutputError(f"--encoder-options: {codec.name} refused {PARAMS_OPTION[codec.name]}: {refused}")
     return codec
+
+
+def quieted(codec: str) -> list[str]:
+    """The parameter list entries (and environment) that keep an encoder's own log to its
+    errors: x265 and SVT-AV1 print their whole configuration to stderr otherwise."""
+    if codec == "libsvtav1":
+        os.environ.setdefault("SVT_LOG", "1")
+    return ["log-level=error"] if codec == "libx265" else []
+
+
+def _refused_parameter(codec: str, options: dict[str, str]) -> str | None:
+    """What the encoder said of an entry of its parameter list (``x264-params``, ``x265-params``,
+    ``svtav1-params``) that it could not take, opened on a small picture with that list: it only
+    warns, and encodes without the entry. None when it took them all."""
+    given = options.get(PARAMS_OPTION.get(codec, ""))
+    if not given:
+        return None
+    context = av.CodecContext.create(codec, "w")
+    context.width, context.height, context.pix_fmt, context.time_base = 64, 64, "yuv420p", Fraction(1, 25)
+    context.options = {PARAMS_OPTION[codec]: ":".join([*quieted(codec), given])}
+    level = av.logging.get_level()
+    av.logging.set_level(av.logging.WARNING)
+    try:
+        with av.logging.Capture() as said:
+            context.open()
+    finally:
+        av.logging.set_level(level)
+    refusals = [text.strip() for _, name, text in said if name == codec and ("option" in text or "value" in text)]
+    return refusals[0] if refusals else None
 
 
 def encoder_options(codec: str, choice: EncoderChoice, settings: RestoreOptions) -> dict[str, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +18,7 @@ from .colour import Orientation, copy_colour_tags, frame_planes, planes_to_frame
 from .containers import CONTAINERS, ContainerRules
 from .fields import FieldStamp, reformat_fields
 from .fields import encoder_params as interlaced_params
-from .formats import checked_encoder, choose_encoder, encoder_options, pick_pix_fmt
+from .formats import checked_encoder, choose_encoder, encoder_options, pick_pix_fmt, quieted
 from .frames import SourceFrame
 from .hdr import PARAMS_OPTION
 from .headers import write_headers
@@ -221,12 +220,10 @@ class VideoWriter(AbortedOnError):
         options = encoder_options(codec.name, choice, settings)
         if info.captions and codec.name == "libx265":
             options["a53cc"] = "1"  # off by default in FFmpeg's x265 wrapper, on in the others
-        params = ["log-level=error"] if codec.name == "libx265" else []  # x265 prints its statistics otherwise
-        if codec.name == "libsvtav1":
-            os.environ.setdefault("SVT_LOG", "1")  # errors only: SVT-AV1 prints its whole configuration otherwise
-        params += self.hdr_params + (self.field_params or [])
-        if params:
-            options[PARAMS_OPTION[codec.name]] = ":".join(params)
+        params = quieted(codec.name) + self.hdr_params + (self.field_params or [])
+        if params:  # ahead of the user's own --encoder-options list, which wins where they overlap
+            key = PARAMS_OPTION[codec.name]
+            options[key] = ":".join(params + ([options[key]] if options.get(key) else []))
         cc.options = options
 
     def new_encoder(self) -> av.codec.context.CodecContext:
