@@ -206,3 +206,22 @@ def test_staging_copy_smoke(tmp_path):
     pinned = torch.cuda.is_available()
     assert len(rows) == 2 * (5 if pinned else 2)  # every case, twice
     assert all(0 < r["wall_ms"] and 0 <= r["cpu_ms"] for r in rows)
+
+
+def test_steadiness_smoke(tmp_path):
+    """The harness finds the clip's face as one track, and the known path's truth lines up with
+    what the detector finds (the raw error a few % of the eye distance, not a misplaced truth)."""
+    from .conftest import SHARED, shared_file
+
+    shared_file("media/videos/talking_head_vfr_retalking1.mp4")  # the smoke's clip and photo
+    shared_file("media/images/whole_facexlib_test2.jpg")
+    out = tmp_path / "out.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "steadiness.py"), "--smoke", "--detector-weights",
+                    str(shared_file("weights/retinaface_mobilenet0.25.pth")), "--json", str(out)],
+                   check=True, capture_output=True, text=True, cwd=ROOT,
+                   env={**os.environ, "GPEN_VIDEO_SHARED": str(SHARED)})
+    numbers = json.loads(out.read_text())
+    [track] = numbers["clips"]
+    assert track["frames"] == 30 and 0 < track["jitter_ratio"] < 1
+    [path] = numbers["paths"]
+    assert path["path"] == "fast-turn" and 0 < path["raw_error_pct"] < 10 and path["smoothed_error_pct"] > 0

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from gpen_video.faces.detect import Face, FaceDetector
-from gpen_video.faces.smooth import smooth_track
+from gpen_video.faces.smooth import eye_distance, landmark_jitter, smooth_track
 from gpen_video.faces.track import (
     THUMBNAIL_SIDE,
     FaceTracker,
@@ -70,23 +70,6 @@ def frames_per_track(tracked: list[TrackedFrame]) -> dict[int, list[int]]:
     return frames
 
 
-def jitter(points: np.ndarray, times: np.ndarray) -> float:
-    """Mean length of the landmarks' second difference, in pixels per frame squared.
-
-    Taken against time (second divided difference scaled by the median frame step squared): at a
-    constant frame rate this is the plain second difference; on variable-frame-rate video, steady
-    motion across a long frame is not counted as jitter.
-    """
-    step = np.median(np.diff(times))
-    velocity = np.diff(points, axis=0) / np.diff(times)[:, None, None]
-    acceleration = np.diff(velocity, axis=0) / ((times[2:] - times[:-2]) / 2)[:, None, None]
-    return float(np.linalg.norm(acceleration, axis=-1).mean() * step**2)
-
-
-def eye_distance(points: np.ndarray) -> float:
-    return float(np.linalg.norm(points[:, 1] - points[:, 0], axis=-1).mean())
-
-
 def without_faces(frames: list[Frame], indices: range) -> list[Frame]:
     """``frames`` with the detections of ``indices`` dropped: a simulated detector miss."""
     return [(i, t, [] if i in indices else faces, image) for i, t, faces, image in frames]
@@ -100,12 +83,12 @@ def test_default_smoothing_halves_jitter_and_stays_close(detector, video, record
     assert len(frames[main]) >= 0.95 * len(tracked), f"main track broken up: {frames}"
     raw, smoothed = track_series(tracked, main, "landmarks_raw"), track_series(tracked, main, "landmarks")
     times = track_times(tracked, main)
-    ratio = jitter(smoothed, times) / jitter(raw, times)
+    ratio = landmark_jitter(smoothed, times) / landmark_jitter(raw, times)
     distance = float(np.linalg.norm(smoothed - raw, axis=-1).mean()) / eye_distance(raw)
     record_property("jitter_ratio", round(ratio, 3))
     record_property("distance_over_eye_distance", round(distance, 4))
-    print(f"{video}: jitter {jitter(raw, times):.2f} -> {jitter(smoothed, times):.2f} px (ratio {ratio:.3f}), "
-          f"mean shift {100 * distance:.2f}% of the eye distance")
+    print(f"{video}: jitter {landmark_jitter(raw, times):.2f} -> {landmark_jitter(smoothed, times):.2f} px "
+          f"(ratio {ratio:.3f}), mean shift {100 * distance:.2f}% of the eye distance")
     assert ratio <= 0.5, f"{video}: smoothed jitter is {ratio:.3f} of the raw"
     assert distance < 0.02, f"{video}: smoothed landmarks are {100 * distance:.2f}% of the eye distance from raw"
 

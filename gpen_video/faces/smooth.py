@@ -57,3 +57,19 @@ def smooth_track(points: np.ndarray, strength: float, times: np.ndarray | None =
         window = np.arange(max(0, t - radius), min(len(points), t + radius + 1))
         smoothed[t] = local_linear(x[window], points[window], gaussian_weights(window - t, strength), x[t])
     return smoothed
+
+
+def landmark_jitter(points: np.ndarray, times: np.ndarray) -> float:
+    """How much landmarks (T, 5, 2) shake: the mean length of their second difference, in pixels
+    per frame squared. Taken against ``times`` (the second divided difference, scaled by the
+    median frame step squared), so that on variable-frame-rate video steady motion across a long
+    frame is not counted as jitter; at a constant rate it is the plain second difference."""
+    step = np.median(np.diff(times))
+    velocity = np.diff(points, axis=0) / np.diff(times)[:, None, None]
+    acceleration = np.diff(velocity, axis=0) / ((times[2:] - times[:-2]) / 2)[:, None, None]
+    return float(np.linalg.norm(acceleration, axis=-1).mean() * step**2)
+
+
+def eye_distance(points: np.ndarray) -> float:
+    """The mean distance between the eyes of landmarks (T, 5, 2): the face's scale."""
+    return float(np.linalg.norm(points[:, 1] - points[:, 0], axis=-1).mean())
