@@ -166,9 +166,11 @@ class WorkerPool:
         self.tasks.put(_Assigned(job, task))
 
     def prepare(self, frames: int, height: int, width: int) -> None:
-        """Each worker readies its detector for a coming job's pictures (``frames`` to a batch of
-        ``height`` x ``width``) on its own thread, now: on a GPU that takes about a second, which
-        then passes while GPEN loads and the job's first frames decode, not after them."""
+        """The workers ready their detectors for a coming job's pictures (``frames`` to a batch of
+        ``height`` x ``width``) on their own threads, now: on a GPU that takes about a second, which
+        then passes while GPEN loads and the job's first frames decode, not after them. One task
+        per worker goes to its device's queue; with several workers on a device, one that takes
+        none readies itself at its first detection, as every worker does for a size it has not met."""
         for worker in self.workers:
             self.tasks.put(_Assigned(None, PrepareDetection(worker.device, frames, height, width)))
 
