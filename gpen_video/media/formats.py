@@ -172,14 +172,15 @@ def checked_encoder(name: str, ext: str, allowed: frozenset[str], settings: Rest
         if value is not None and codec.name not in RATE_TAKERS:
             raise OutputError(f"{codec.name} takes no {flag}; {', '.join(sorted(RATE_TAKERS))} do")
     if settings.encoder_options:
+        given = encoder_option_pairs(settings.encoder_options)
         known = av.CodecContext.create(codec.name, "w").supported_options
         names = {o.name for o in (*known.generic, *known.private)}
-        for key in encoder_option_pairs(settings.encoder_options):
+        for key in given:
             if key not in names:
                 near = difflib.get_close_matches(key, sorted(names), n=1)
                 hint = f"; did you mean {near[0]}?" if near else ""
                 raise OutputError(f"--encoder-options: {codec.name} has no option {key!r}{hint}")
-        refused = _refused_parameter(codec.name, encoder_option_pairs(settings.encoder_options))
+        refused = _refused_parameter(codec.name, given)
         if refused is not None:
             raise OutputError(f"--encoder-options: {codec.name} refused {PARAMS_OPTION[codec.name]}: {refused}")
     return codec
