@@ -72,10 +72,12 @@ class Workers:
                 log.warning("a worker process has died: starting the workers again")
                 self._retire(self._pool)
                 self._pool = None
-            if self._pool is None:
+            loading = restoring and (self._pool is None or not all(w.restores for w in self._pool.workers))
+            if self._pool is None or loading:
                 # Every file the job needs, fetched before anything loads (under the lock: jobs that
                 # start at once download each file once): offline, one error names them all.
                 fetch_needed(self.options, restoring, self.progress)
+            if self._pool is None:
                 # The tracker's imports (SciPy, up to a second beside the other stages' start) run
                 # while the workers start, not on the first frame's way: the first job's track
                 # thread then finds them done, or waits only for the rest of them.
@@ -86,13 +88,12 @@ class Workers:
             if pictures is not None:
                 self._pool.prepare(pictures.batch_frames(self.options.batch_size), pictures.height, pictures.width)
             workers = self._pool.workers
-            if restoring and not all(w.restores for w in workers):
-                fetch_needed(self.options, restoring, self.progress)  # GPEN's and the parser's, all named at once
+            if loading:
                 start = time.perf_counter()
                 state_dict, _ = load_gpen_weights(self.options.model, self.options.weights, self.progress)
                 loaded = time.perf_counter()
-                for loading in [worker.load_restorer(state_dict) for worker in workers]:
-                    loading.result()
+                for pending in [worker.load_restorer(state_dict) for worker in workers]:
+                    pending.result()
                 label = "GPEN (compiling)" if any(w.compiled for w in workers) else "GPEN"
                 self._startup.update({"weights": loaded - start, label: time.perf_counter() - loaded})
             return self._pool
