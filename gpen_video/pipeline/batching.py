@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..media.fields import FieldOrder
 from ..media.frames import SourceFrame
+from ..media.probe import VideoInfo
 from .scheduler import QUEUED_DETECTIONS, QUEUED_RESTORATIONS
 
 
@@ -21,6 +22,11 @@ class Pictures:
     smooth: float
     fields: FieldOrder | None = None
     fps: float = 25.0
+
+    @classmethod
+    def of_video(cls, info: VideoInfo, smooth: float) -> Pictures:
+        """A video's pictures, from what its probe found, smoothed by ``smooth`` (``--smooth``)."""
+        return cls(info.frames, *info.shown, smooth, info.fields, info.fps)
 
     def batch_frames(self, batch_size: int) -> int:
         """Pictures to a detection batch (:func:`frames_per_batch`), never more than there are: a

@@ -119,11 +119,10 @@ class Engine:
         video = self._video(input)
         with video.open() as container, \
                 VideoWriter(output, container, video.info, self.options, job.overwrite) as encoder:
-            info = video.info
-            pictures = Pictures(info.frames, *info.shown, self.options.smooth, info.fields, info.fps)
+            pictures = Pictures.of_video(video.info, self.options.smooth)
             # After the writer, which checks the encoder settings: a wrong option must not cost
             # a download. Before --resume's work directory, which a failed download must not leave.
-            self.pool(info.frames, pictures=pictures)
+            self.pool(pictures.frames, pictures=pictures)
             with video.own_pass() as first_pass:
                 chosen, choice, _ = choose_tracks(self.runner, input.name, first_pass, pictures, on_frame)
             writer: VideoWriter | SegmentedWriter = encoder
@@ -157,9 +156,8 @@ class Engine:
                 VideoWriter(store.directory / f"unit-{unit.segment:06d}{output.suffix}", container, video.info,
                             self.options, overwrite=True) as scratch:
             writer = SegmentedWriter(scratch, store, input, job.segment_frames, unit=unit.segment)
-            info = video.info
-            pictures = Pictures(info.frames, *info.shown, self.options.smooth, info.fields, info.fps)
-            self.pool(info.frames, pictures=pictures)
+            pictures = Pictures.of_video(video.info, self.options.smooth)
+            self.pool(pictures.frames, pictures=pictures)
             tracker = FaceTracker(smooth=self.options.smooth)
             end = unit.stop + tracker.context  # the frames after the unit that its last frames need
 
@@ -209,9 +207,8 @@ class Engine:
             self.pool(1, restoring=False, pictures=pictures)
             return self._find(photo_source(photo.picture()), input, tracks_out, on_frame, pictures)
         video = self._video(input)
-        info = video.info
-        pictures = Pictures(info.frames, *info.shown, self.options.smooth, info.fields, info.fps)
-        self.pool(info.frames, restoring=False, pictures=pictures)
+        pictures = Pictures.of_video(video.info, self.options.smooth)
+        self.pool(pictures.frames, restoring=False, pictures=pictures)
         with video.own_pass() as source:
             summary = self._find(source, input, tracks_out, on_frame, pictures)
         summary.decoder = video.describe()

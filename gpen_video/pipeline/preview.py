@@ -36,7 +36,7 @@ def preview(runner: Runner, video: VideoInput, writer: ImageWriter, panels: int,
     options, info = runner.options, video.info
     times = preview_times(info, options.time_range, panels)
     started = time.perf_counter()
-    pictures = Pictures(info.frames, *info.shown, options.smooth, info.fields, info.fps)
+    pictures = Pictures.of_video(info, options.smooth)
     chosen, choice, survey = None, "", None
     if options.selects:
         with video.own_pass() as first_pass:
