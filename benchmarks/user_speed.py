@@ -10,11 +10,13 @@ Runs, in this order:
   cache of its own, as on a machine the tool has never run on;
 - ``--compile on, cold cache``: the 10 s clip once, filling a shared compile cache;
 - ``--compile on, warm cache``: every clip, with that cache;
-- ``defaults, warm``: every clip, with a shared home and Triton cache (warm after its first run).
+- ``defaults, warm``: every clip, in the home of the ``--compile on`` runs: its caches warm, and
+  GPEN's compiled speed measured there, so that ``--compile auto`` decides from this machine's
+  own figures once the first of these runs has measured the eager speed.
 
-Each row: the job's fps, its fps after the first frame was written (the pipeline's pace, which a
-longer clip approaches), seconds from the process's launch to its first restored frame written,
-and the process's wall time. One untimed run first fills a bytecode cache
+Each row: whether GPEN was compiled, the job's fps, its fps after the first frame was written
+(the pipeline's pace, which a longer clip approaches), seconds from the process's launch to its
+first restored frame written, and the process's wall time. One untimed run first fills a bytecode cache
 (``PYTHONPYCACHEPREFIX``), as pip leaves one beside the packages it installs; the timed runs use it.
 
     python benchmarks/user_speed.py --weights G.pth --detector-weights retinaface_mobilenet0.25.pth
@@ -45,7 +47,7 @@ written = summary.milestones["written"]
 print(json.dumps({"frames": summary.frames, "faces": summary.faces, "fps": round(summary.fps, 1),
                   "after_first_frame_fps": round((summary.frames - 1) / (returned - written), 1),
                   "first_frame_from_launch_s": round(time.time() - (returned - written) - launched, 2),
-                  "decoder": summary.decoder}))
+                  "decoder": summary.decoder, "compiled": "GPEN (compiling)" in summary.startup}))
 """
 #: name -> (shared sample, seconds); the 31-frame clip times the first frame
 CLIPS = {"first-31": ("talking_head_speech_retalking2.mp4", 31 / 25),
@@ -97,15 +99,19 @@ def main() -> None:
         for clip in clips:
             timed("--compile on, warm cache", clip, tmp / "home-compiled", {"compile": "on"})
         for clip in clips:
-            timed("defaults, warm", clip, tmp / "home-defaults", {})
+            timed("defaults, warm", clip, tmp / "home-compiled", {})
+        speeds = tmp / "home-compiled" / "gpen-speeds.json"
+        if speeds.exists():  # what --compile auto decided the warm defaults' runs from
+            print(f"GPEN's speeds as this machine measured them:\n{speeds.read_text()}")
     compiled = {r["clip"]: r for r in rows if r["variant"] == "--compile on, warm cache"}
-    print("\n| clip | run | job fps | fps after the first frame | × compiled, warm | first frame from launch, s | "
-          "process wall s |\n|---|---|---|---|---|---|---|")
+    print("\n| clip | run | compiled | job fps | fps after the first frame | × compiled, warm | "
+          "first frame from launch, s | process wall s |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         warm = compiled.get(r["clip"])
         ratio = r["after_first_frame_fps"] / warm["after_first_frame_fps"] if warm else 0
-        print(f"| {r['clip']} | {r['variant']} | {r['fps']} | {r['after_first_frame_fps']} | {ratio:.2f} | "
-              f"{r['first_frame_from_launch_s']} | {r['wall_s']} |")
+        compiled_here = "yes" if r["compiled"] else "no"
+        print(f"| {r['clip']} | {r['variant']} | {compiled_here} | {r['fps']} | {r['after_first_frame_fps']} | "
+              f"{ratio:.2f} | {r['first_frame_from_launch_s']} | {r['wall_s']} |")
 
 
 if __name__ == "__main__":

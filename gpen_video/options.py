@@ -80,9 +80,11 @@ class RestoreOptions(_Checked):
                                    choices=sorted(PRECISIONS))
     batch_size: int = option(16, "faces per GPEN batch, and frames per detection batch up to 1080p (fewer for "
                                  "larger frames)", "devices", check=at_least(1, "a positive integer"))
-    compile: str = option("auto", "torch.compile and CUDA graphs on GPUs: GPEN 1.28x faster than eager, 5 s more "
-                                  "to start (24 s on a machine's first run); auto compiles for 16000 frames or "
-                                  "more (75000 on the first run)", "devices", choices=("auto", "on", "off"))
+    compile: str = option("auto", "torch.compile and CUDA graphs on GPUs: GPEN up to 1.5x faster than eager on "
+                                  "some GPUs, 5 s more to start (24 s on a machine's first run); auto compiles "
+                                  "where this machine's own measured speeds say it pays for the job's frames "
+                                  "(until both are measured: from 16000 frames, 75000 on a first run)",
+                          "devices", choices=("auto", "on", "off"))
     workers_per_device: int = option(1, "workers (model replicas) per device; more can keep one GPU busier",
                                      "devices", check=at_least(1, "a positive integer"))
     worker: str = option("thread", "where each worker runs: thread, in this process; process, in a process of "

@@ -111,19 +111,44 @@ def test_an_engine_that_has_not_run_a_job_has_loaded_nothing(small_gpen, tmp_pat
     assert built == [] and existing.read_bytes() == b"keep"
 
 
-def test_compile_auto_compiles_only_for_enough_work(small_gpen, tmp_path, monkeypatch):
-    """A 31-frame clip does not wait seconds of compiling to save a fraction of one; a long job,
-    or a batch, does; an empty compile cache (a machine's first run) asks for more work first."""
-    from gpen_video.pipeline.workers import COMPILE_FROM_FRAMES
+def test_compile_auto_compiles_only_where_it_pays_for_the_work():
+    """Before this machine has measured anything, a 31-frame clip does not wait seconds of compiling
+    to save a fraction of one, a long job does, and an empty compile cache asks for more work; once
+    both paths are measured, their figures decide, and a compile measured slower is never chosen."""
+    from gpen_video.worker.speeds import Measured
 
-    cache = tmp_path / "compile-cache"
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
-    engine = Engine(_options(small_gpen), progress=False)
-    cold, warm = COMPILE_FROM_FRAMES["cold"], COMPILE_FROM_FRAMES["warm"]
-    assert [engine.workers.compiles(n) for n in (1, 31, warm, cold - 1, cold, None)] == [False] * 4 + [True] * 2
-    cache.mkdir()
-    (cache / "fxgraph").mkdir()
-    assert [engine.workers.compiles(n) for n in (31, warm - 1, warm)] == [False, False, True]
-    for setting, expected in (("on", True), ("off", False)):
-        forced = Engine(dataclasses.replace(_options(small_gpen), compile=setting), progress=False)
-        assert forced.workers.compiles(1) is forced.workers.compiles(10**6) is expected
+    unmeasured = Measured()
+    assert [unmeasured.compile_pays(n, warm_cache=False) for n in (31, 16000, 74999, 75000, None)] == \
+        [False, False, False, True, True]
+    assert [unmeasured.compile_pays(n, warm_cache=True) for n in (31, 15999, 16000)] == [False, False, True]
+    faster = Measured(eager=2e-3, compiled=1e-3, compile_warm=3.0)
+    assert [faster.compile_pays(n, warm_cache=True) for n in (2999, 3000)] == [False, True]
+    # No cold compile measured: its presumed 24 s against the measured saving.
+    assert [faster.compile_pays(n, warm_cache=False) for n in (23999, 24000)] == [False, True]
+    slower = Measured(eager=1e-3, compiled=1.2e-3, compile_warm=0.1)
+    assert not any(slower.compile_pays(n, warm_cache=True) for n in (31, 10**7, None))
+    only_eager = Measured(eager=5e-3)  # the saving is presumed until the compiled path is measured too
+    assert [only_eager.compile_pays(n, warm_cache=True) for n in (15999, 16000)] == [False, True]
+
+
+def test_measured_speeds_are_kept_per_setup_and_survive_a_damaged_file(tmp_path, monkeypatch):
+    from gpen_video.worker import speeds
+
+    monkeypatch.setenv("GPEN_VIDEO_HOME", str(tmp_path))
+    assert speeds.measured("H100 | fp16") == speeds.Measured()
+    speeds.record("H100 | fp16", eager=1.4e-3)
+    speeds.record("H100 | fp16", compiled=1.1e-3, compile_warm=5.0)
+    speeds.record("H200 | fp16", eager=1.0e-3)
+    assert speeds.measured("H100 | fp16") == speeds.Measured(eager=1.4e-3, compiled=1.1e-3, compile_warm=5.0)
+    assert speeds.measured("H200 | fp16") == speeds.Measured(eager=1.0e-3)
+    assert [p.name for p in tmp_path.iterdir()] == [speeds.SPEEDS_FILE]  # no temporary file left
+    (tmp_path / speeds.SPEEDS_FILE).write_text('{"H100 | fp16": {"eager": "fast"')
+    assert speeds.measured("H100 | fp16") == speeds.Measured()
+    speeds.record("H100 | fp16", eager=1.3e-3)  # measured again from scratch
+    assert speeds.measured("H100 | fp16") == speeds.Measured(eager=1.3e-3)
+
+
+def test_the_cpu_never_compiles(small_gpen):
+    for setting, expected in (("auto", False), ("on", True), ("off", False)):
+        engine = Engine(dataclasses.replace(_options(small_gpen), compile=setting), progress=False)
+        assert engine.workers.compiles(31) is engine.workers.compiles(None) is expected

@@ -326,6 +326,30 @@ def test_gpu_pipeline_restores_every_face_and_only_faces(small_gpen, tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_compile_auto_follows_what_this_gpu_measured(small_gpen, tmp_path, monkeypatch):
+    """Each GPU run keeps GPEN's speed on this GPU, eager and compiled, and the compile's time; the
+    next ``--compile auto`` decides from them: a compile measured slower is never chosen, and one
+    measured faster is chosen as soon as its saving pays for its cost."""
+    from gpen_video.pipeline.engine import Engine
+    from gpen_video.worker import speeds
+
+    monkeypatch.setenv("GPEN_VIDEO_HOME", str(tmp_path / "home"))
+    options = {**_gpu_options(small_gpen), "codec": "ffv1", "batch_size": 4, "gpus": [0]}
+    for setting in ("off", "on"):
+        restore_video(SAMPLE, tmp_path / f"{setting}.mkv", **{**options, "compile": setting})
+    auto = RestoreOptions(**{k: v for k, v in options.items() if k != "progress"}, compile="auto")
+    key = speeds.setup_key(auto, "cuda:0")
+    figures = speeds.measured(key)
+    assert figures.eager > 0 and figures.compiled > 0 and (figures.compile_warm or figures.compile_cold) > 0
+    workers = Engine(auto, progress=False).workers
+    speeds.record(key, eager=2e-3, compiled=1e-3, compile_warm=0.05, compile_cold=0.05)
+    assert [workers.compiles(n) for n in (49, 50, None)] == [False, True, True]
+    speeds.record(key, compiled=3e-3)
+    assert not any(workers.compiles(n) for n in (50, 10**7, None))
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 def test_two_gpus_give_the_frames_of_one_gpu(small_gpen, tmp_path):
     """In fp32 the split across GPUs changes nothing but the batches: the same frames, in the same

@@ -18,19 +18,14 @@ from ..options import RestoreOptions
 from ..worker.device import DeviceWorker
 from ..worker.messages import Worker
 from ..worker.process import process_workers
-from ..worker.restorer import compile_cache
+from ..worker.restorer import compile_cache_warm
+from ..worker.speeds import measured, setup_key
 from .batching import Pictures
 from .fetch import fetch_needed
 from .job import Job
 from .scheduler import WorkerPool
 
 log = logging.getLogger(__name__)
-#: ``--compile auto`` compiles from this many frames of work (a frame has a face or more). Eager
-#: GPEN runs its elementwise work in fused Triton kernels, so compiling saves only 0.32 ms a face
-#: (897 against 699 faces/s, run BQ), while its first frame comes 5.1 s later with a warm compile
-#: cache and 23.7 s with a cold one (run AS): it pays from ~16 000 faces warm, ~75 000 cold
-#: (BENCHMARKS.md). A one-face render, bound by its encoder, gains nothing measurable.
-COMPILE_FROM_FRAMES = {"warm": 16000, "cold": 75000}
 #: Said as the first job on the CPU restores: GPEN-512 took 7 s a face there on 2 cores (fp32), where one
 #: H200 restores over 700 faces a second (BENCHMARKS.md).
 CPU_NOTE = ("restoring on the CPU: expect seconds per face (GPEN-512 takes about 7 s a face on 2 cores), "
@@ -57,9 +52,11 @@ class Workers:
         """Whether GPU workers compile, for ``frames`` of work (None: unknown, taken as long)."""
         if self.options.compile != "auto":
             return self.options.compile == "on"
-        cache = compile_cache()
-        warm = cache.is_dir() and any(cache.iterdir())
-        return frames is None or frames >= COMPILE_FROM_FRAMES["warm" if warm else "cold"]
+        gpus = [device for device in self.devices if device.startswith("cuda")]
+        if not gpus:
+            return False
+        # Figures this machine measured (see worker/speeds.py); a frame has a face or more.
+        return measured(setup_key(self.options, gpus[0])).compile_pays(frames, compile_cache_warm())
 
     def pool(self, frames: int | None, restoring: bool = True, pictures: Pictures | None = None) -> WorkerPool:
         """The workers, built on first use (compiled for ``frames`` of work), then the same for

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from ..model.precision import TOLERANCE, finite_faces, reference_face, relative_
 from ..options import RestoreOptions
 from .compose import Compositor
 from .messages import FaceSpec
+from .speeds import GpenTimer, record, setup_key
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,12 @@ def compile_cache() -> Path:
     default, ``/tmp/torchinductor_USER``, goes with a reboot); a TORCHINDUCTOR_CACHE_DIR the user
     set wins. Set for this process by the first restorer that compiles."""
     return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "torch-compile")
+
+
+def compile_cache_warm() -> bool:
+    """Whether an earlier process on this machine has left compiled work in :func:`compile_cache`."""
+    cache = compile_cache()
+    return cache.is_dir() and any(cache.iterdir())
 
 
 class FaceRestorer:
@@ -56,17 +64,24 @@ class FaceRestorer:
         self.model: Callable[[torch.Tensor], torch.Tensor] = model
         self._warming: threading.Thread | None = None
         self._warm_up_failure: BaseException | None = None
+        # GPEN's speed on this GPU, kept for --compile auto's next choice here (in the planned precision).
+        self._timer = (GpenTimer(setup_key(options, str(device)), "compiled" if self.compiled else "eager")
+                       if device.type == "cuda" else None)
         if self.compiled:
             if self._checks_precision:  # on the model as built, before the compile it would waste
                 face = reference_face(self.crop_size, device)
                 with torch.no_grad():
                     self._check_precision(self.model(face), face)
+            warm = compile_cache_warm()
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache())
+            start = time.perf_counter()
             self.model = GraphedModel(torch.compile(self.model, fullgraph=True, dynamic=False))
             # Compile and capture now, in the caller's thread: restorers must not compile concurrently
             # (dynamo is not thread-safe), and the 30-odd seconds belong before the first frame.
             log.info("compiling GPEN for %s (once per run, about half a minute)", device)
             self._warm_up()
+            if self._timer is not None:
+                record(self._timer.key, **{"compile_warm" if warm else "compile_cold": time.perf_counter() - start})
         elif device.type == "cuda":
             # The precision check, and the first call of each batch shape, which chooses the
             # convolutions' algorithms: done now, beside the detector's first frames, instead of
@@ -134,6 +149,7 @@ class FaceRestorer:
         self.notes.append(message)
         self.precision = "fp32"
         self.model = self._build("fp32", eager=True)
+        self._timer = None  # the figures kept are for the planned precision
 
     def take_nonfinite(self) -> torch.Tensor | None:
         """How many faces of the GPEN calls since the last take came out not finite (left as
@@ -181,7 +197,11 @@ class FaceRestorer:
             chunk = padded(chunk, batch)
             x = chunk / 127.5 - 1.0  # official normalisation: (x/255 - 0.5) / 0.5
             try:
+                timer = self._timer
+                started = timer.start() if timer is not None else None
                 y = self.model(x)[:n]
+                if timer is not None and started is not None:
+                    timer.stop(started, batch)
             except torch.cuda.OutOfMemoryError:
                 if batch == 1:
                     raise
