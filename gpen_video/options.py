@@ -114,7 +114,9 @@ class RestoreOptions(_Checked):
                               "microphone in front of the face stays as it was", "faces", choices=("box", "parse"))
     parse_weights: Path | None = option(None, "face-parser checkpoint for --mask parse (never downloads)", "faces")
     strength: float = option(1.0, "blend of restored over original, 0..1", "faces", check=between(0.0, 1.0))
-    smooth: float = option(DEFAULT_SMOOTH, "temporal smoothing of face tracks, a Gaussian sigma in frames "
+    smooth: float = option(DEFAULT_SMOOTH, "temporal smoothing of face landmarks: a still face's are "
+                                           "fitted over a Gaussian window of 2.5 x S frames (sigma), a "
+                                           "moving one's over down to 1 x S, so that motion is not lagged "
                                            "(0 turns it off)", "faces", check=at_least(0))
     codec: str | None = option(None, "libx264, libx265, prores_ks, ffv1, libvpx-vp9, libsvtav1, h264_nvenc, "
                                      "hevc_nvenc (default: the input's own codec where the container holds it, "

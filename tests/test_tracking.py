@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from gpen_video.faces.detect import Face, FaceDetector
-from gpen_video.faces.smooth import eye_distance, landmark_jitter, smooth_track
+from gpen_video.faces.smooth import Smoother, eye_distance, landmark_jitter
 from gpen_video.faces.track import (
     THUMBNAIL_SIDE,
     FaceTracker,
@@ -75,8 +75,14 @@ def without_faces(frames: list[Frame], indices: range) -> list[Frame]:
     return [(i, t, [] if i in indices else faces, image) for i, t, faces, image in frames]
 
 
+def bias(raw: np.ndarray, smoothed: np.ndarray) -> float:
+    """How far smoothing pulls a track off its detections on average (their mean offset, which
+    noise averages away and lag does not), over the eye distance."""
+    return float(np.linalg.norm((smoothed - raw).mean(axis=(0, 1)))) / eye_distance(raw)
+
+
 @pytest.mark.parametrize("video", TALKING_HEADS)
-def test_default_smoothing_halves_jitter_and_stays_close(detector, video, record_property):
+def test_default_smoothing_cuts_jitter_to_under_a_third_without_pulling_the_face(detector, video, record_property):
     tracked = track_faces(detected_frames(detector, video))
     frames = frames_per_track(tracked)
     main = max(frames, key=lambda track: len(frames[track]))
@@ -84,13 +90,28 @@ def test_default_smoothing_halves_jitter_and_stays_close(detector, video, record
     raw, smoothed = track_series(tracked, main, "landmarks_raw"), track_series(tracked, main, "landmarks")
     times = track_times(tracked, main)
     ratio = landmark_jitter(smoothed, times) / landmark_jitter(raw, times)
-    distance = float(np.linalg.norm(smoothed - raw, axis=-1).mean()) / eye_distance(raw)
+    pulled = bias(raw, smoothed)
     record_property("jitter_ratio", round(ratio, 3))
-    record_property("distance_over_eye_distance", round(distance, 4))
+    record_property("bias_over_eye_distance", round(pulled, 4))
     print(f"{video}: jitter {landmark_jitter(raw, times):.2f} -> {landmark_jitter(smoothed, times):.2f} px "
-          f"(ratio {ratio:.3f}), mean shift {100 * distance:.2f}% of the eye distance")
-    assert ratio <= 0.5, f"{video}: smoothed jitter is {ratio:.3f} of the raw"
-    assert distance < 0.02, f"{video}: smoothed landmarks are {100 * distance:.2f}% of the eye distance from raw"
+          f"(ratio {ratio:.3f}), bias {100 * pulled:.2f}% of the eye distance")
+    assert ratio <= 0.30, f"{video}: smoothed jitter is {ratio:.3f} of the raw"
+    assert pulled <= 0.01, f"{video}: smoothing pulls the landmarks {100 * pulled:.2f}% of the eye distance off"
+
+
+def test_whip_pans_are_followed_without_lag(detector):
+    """A handheld phone selfie whipped from side to side: faces cross the frame at up to 100 px a
+    frame and their tracks start and end mid-motion, where a fixed wide window lags (3.1 % of the
+    eye distance with the local-linear fit of sigma 1). Every track stays within 2 %."""
+    tracked = track_faces(detected_frames(detector, "phone_selfie_rotation90_new_face_video-90", limit=150))
+    long_tracks = [track for track, found in frames_per_track(tracked).items() if len(found) >= 25]
+    assert len(long_tracks) >= 3, f"control: the whip pans give fewer tracks than expected: {frames_per_track(tracked)}"
+    for track in long_tracks:
+        raw, smoothed = track_series(tracked, track, "landmarks_raw"), track_series(tracked, track, "landmarks")
+        times = track_times(tracked, track)
+        pulled = bias(raw, smoothed)
+        assert pulled <= 0.02, f"track {track}: pulled {100 * pulled:.2f}% of the eye distance off its detections"
+        assert landmark_jitter(smoothed, times) < 0.5 * landmark_jitter(raw, times)
 
 
 def slow_path(t: int, size: tuple[int, int], period: int = 40) -> np.ndarray:
@@ -132,8 +153,8 @@ def test_steady_motion_is_not_lagged_even_at_track_ends_and_uneven_frame_times()
     times = np.cumsum(np.r_[0.0, np.where(np.arange(29) % 3 == 0, 2 / 30, 1 / 30)])  # 30 fps with dropped frames
     start = np.random.default_rng(1).uniform(0, 500, (5, 2))
     points = start + times[:, None, None] * np.array([40.0, -25.0])  # px/s
-    np.testing.assert_allclose(smooth_track(points, 1.0, times), points, atol=1e-9)
-    np.testing.assert_allclose(smooth_track(points, 3.0, times), points, atol=1e-9)
+    for strength in (0.5, 1.0, 3.0):
+        np.testing.assert_allclose(Smoother(strength).smooth(points, times), points, atol=1e-9)
 
 
 def test_streaming_returns_each_frame_once_in_order_within_the_lookahead(d20):
@@ -154,7 +175,7 @@ def test_streamed_landmarks_equal_smoothing_the_finished_track(d20):
     tracked = track_faces(without_faces(d20, range(20, 25)))
     assert frames_per_track(tracked).keys() == {0}
     raw, times = track_series(tracked, 0, "landmarks_raw"), track_times(tracked, 0)
-    np.testing.assert_allclose(track_series(tracked, 0, "landmarks"), smooth_track(raw, 1.0, times), atol=1e-9)
+    np.testing.assert_allclose(track_series(tracked, 0, "landmarks"), Smoother(1.0).smooth(raw, times), atol=1e-9)
 
 
 def test_smooth_zero_leaves_the_detected_landmarks(d20):

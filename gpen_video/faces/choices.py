@@ -20,5 +20,5 @@ PARSE_URL = "https://github.com/xinntao/facexlib/releases/download/v0.2.2/parsin
 DEFAULT_THRESHOLD = 0.9  # the official GPEN's detection confidence
 #: Which faces ``--faces`` restores (how each is chosen: select.py).
 FACE_CHOICES = ("all", "largest", "center")
-#: The smoother's sigma, in frames (why 1.0: track.py's :class:`FaceTracker`).
+#: The smoother's strength (what 1.0 means: smooth.py).
 DEFAULT_SMOOTH = 1.0

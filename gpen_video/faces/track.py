@@ -16,7 +16,7 @@ import torch
 
 from .choices import DEFAULT_SMOOTH
 from .detect import Face
-from .smooth import gaussian_weights, local_linear, window_radius
+from .smooth import Smoother
 
 #: Side of the grayscale thumbnail compared for scene cuts: small enough that camera motion and
 #: compression noise mostly average out, large enough that two different shots rarely match.
@@ -139,6 +139,7 @@ class _Track:
     last_clock: float
     clocks: list[float] = field(default_factory=list)
     samples: list[np.ndarray] = field(default_factory=list)
+    widths: dict[int, float] = field(default_factory=dict)  # by sequence number: the smoother's, once final
 
     def append(self, clock: float, landmarks: np.ndarray) -> None:
         self.clocks.append(clock)
@@ -148,6 +149,8 @@ class _Track:
         drop = max(0, seq - self.first)
         del self.clocks[:drop], self.samples[:drop]
         self.first += drop
+        for old in [s for s in self.widths if s < self.first]:
+            del self.widths[old]
 
 
 @dataclass
@@ -164,11 +167,9 @@ class _PendingFrame:
 class FaceTracker:
     """Links per-frame detections into tracks and smooths each track's landmarks.
 
-    ``smooth`` is the Gaussian sigma, in frames, of the centred local linear smoother (0: off).
-    The default 1.0 cuts frame-to-frame jitter to 30-40% on the talking-head test videos while
-    keeping smoothed landmarks within 1.5% of the eye distance of the raw ones on average;
-    stronger smoothing starts to flatten real mouth and head motion (1.5 moves them 2.2% on the
-    MPEG-4 clip). A track missed for up to ``max_gap`` frames (detector misses last a few frames:
+    ``smooth`` is the strength of the adaptive smoother (see :mod:`.smooth`; 0: off): the default
+    1.0 fits a still face's landmarks over a Gaussian window of sigma 2.5 frames and a fast one's
+    over down to 1 frame. A track missed for up to ``max_gap`` frames (detector misses last a few frames:
     blur, a hand over the face) is bridged by interpolation; longer, it ends.
 
     Detections are matched to tracks by landmark distance in face scales plus (1 - IoU), optimally
@@ -190,7 +191,7 @@ class FaceTracker:
         self.max_gap = max_gap
         self.max_distance = max_distance
         self.min_iou = min_iou
-        self._radius = window_radius(smooth)
+        self._smoother = Smoother(smooth)
         self._cuts = SceneCutDetector(cut_threshold)
         self._ids = itertools.count()
         self._tracks: list[_Track] = []
@@ -201,9 +202,9 @@ class FaceTracker:
 
     @property
     def lookahead(self) -> int:
-        """Frames after frame t that must be pushed before frame t is final: a miss at t + radius
-        is only resolved ``max_gap`` frames later, and the smoother reads up to t + radius."""
-        return self._radius + self.max_gap
+        """Frames after frame t that must be pushed before frame t is final: the smoother reads up
+        to t + its reach, and a miss there is only resolved ``max_gap`` frames later."""
+        return self._smoother.reach + self.max_gap
 
     @property
     def context(self) -> int:
@@ -303,20 +304,25 @@ class FaceTracker:
             frame = self._pending.pop(0)
             for track, face in frame.faces:
                 face.landmarks = self._smoothed(track, frame)
-                track.trim_before(frame.seq + 1 - self._radius)
+                track.trim_before(frame.seq + 1 - self._smoother.reach)
             faces = sorted((face for _, face in frame.faces), key=lambda face: face.track)
             done.append(TrackedFrame(frame.index, frame.time, faces))
         return done
 
     def _smoothed(self, track: _Track, frame: _PendingFrame) -> np.ndarray:
-        """The track's landmarks at ``frame``, fitted over the +-radius frames of its segment."""
+        """The track's landmarks at ``frame``, as :meth:`Smoother.smooth` gives them for the whole
+        segment: every sample within the smoother's reach is final by now."""
         at = frame.seq - track.first
-        window = slice(max(0, at - self._radius), at + self._radius + 1)
-        if self._radius == 0:
+        if self.smooth <= 0:
             return track.samples[at].copy()
-        offsets = np.arange(len(track.samples))[window] - at
-        return local_linear(np.array(track.clocks[window]), np.stack(track.samples[window]),
-                            gaussian_weights(offsets, self.smooth), frame.clock)
+        smoother = self._smoother
+        for seq in range(max(track.first, frame.seq - smoother.spread),
+                         min(track.first + len(track.samples), frame.seq + smoother.spread + 1)):
+            if seq not in track.widths:
+                track.widths[seq] = smoother.width(track.clocks, track.samples, seq - track.first)
+        width = min(track.widths[seq] for seq in range(max(track.first, frame.seq - smoother.spread),
+                                                       frame.seq + smoother.spread + 1) if seq in track.widths)
+        return smoother.fit(track.clocks, track.samples, at, width)
 
 
 def track_faces(frames: Iterable[tuple[int, float, list[Face], np.ndarray]], **options) -> list[TrackedFrame]:
