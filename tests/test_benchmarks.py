@@ -222,6 +222,7 @@ def test_steadiness_smoke(tmp_path):
                    env={**os.environ, "GPEN_VIDEO_SHARED": str(SHARED)})
     numbers = json.loads(out.read_text())
     [track] = numbers["clips"]
-    assert track["frames"] == 30 and 0 < track["jitter_ratio"] < 1
+    assert track["frames"] == 30 and 0 < track["jitter_ratio"] < 1 and 0 < track["jitter_ratio_before"] < 1
     [path] = numbers["paths"]
-    assert path["path"] == "fast-turn" and 0 < path["raw_error_pct"] < 10 and path["smoothed_error_pct"] > 0
+    assert path["path"] == "fast-turn" and 0 < path["raw_error_pct"] < 10
+    assert path["smoothed_error_pct"] > 0 and path["before_error_pct"] > 0
