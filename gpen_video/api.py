@@ -1,6 +1,6 @@
 """The Python API: one-shot ``restore_video`` and ``restore_image``, and :class:`Engine` for many jobs.
 
-Every keyword besides the job's own (``overwrite``, ``resume``, ``segment_frames``, ``tracks_out``)
+Every keyword besides the job's own (``overwrite``, ``resume``, ``segment_frames``, ``tracks_out``, ``qc``)
 and ``progress`` is a field of :class:`RestoreOptions`, checked before any work::
 
     restore_video("in.mp4", "out.mp4", gpus=(0, 1), strength=0.8)
@@ -34,17 +34,19 @@ def _options(options: RestoreOptions | None, changes: dict[str, Any]) -> Restore
     return dataclasses.replace(options or RestoreOptions(), **changes)
 
 
-def _job(overwrite: bool, resume: bool, segment_frames: int | None, tracks_out: str | Path | None) -> JobOptions:
-    return JobOptions(overwrite=overwrite, resume=resume, tracks_out=Path(tracks_out) if tracks_out else None,
+def _job(overwrite: bool, resume: bool, segment_frames: int | None, tracks_out: str | Path | None,
+         qc: bool = False) -> JobOptions:
+    return JobOptions(overwrite=overwrite, resume=resume, tracks_out=Path(tracks_out) if tracks_out else None, qc=qc,
                       **({"segment_frames": segment_frames} if segment_frames is not None else {}))
 
 
 def restore_video(input: str | Path, output: str | Path, options: RestoreOptions | None = None, *,
                   overwrite: bool = False, resume: bool = False, segment_frames: int | None = None,
-                  tracks_out: str | Path | None = None, progress: bool = True, **changes: Any) -> Summary:
+                  tracks_out: str | Path | None = None, qc: bool = False, progress: bool = True,
+                  **changes: Any) -> Summary:
     """Restore every face in ``input`` and write ``output`` (see :meth:`Engine.restore_video`)."""
     with Engine(_options(options, changes), progress) as engine:
-        return engine.restore_video(input, output, _job(overwrite, resume, segment_frames, tracks_out))
+        return engine.restore_video(input, output, _job(overwrite, resume, segment_frames, tracks_out, qc))
 
 
 def restore_image(input: str | Path, output: str | Path, options: RestoreOptions | None = None, *,
@@ -76,7 +78,8 @@ def restore_many(inputs: list[str | Path], output_dir: str | Path, options: Rest
                  name: str | None = None, recursive: bool = False, skip_existing: bool = False,
                  jobs: int | None = None, ray: str | None = None, ray_actors: int | None = None,
                  overwrite: bool = False, resume: bool = False, segment_frames: int | None = None,
-                 tracks_out: str | Path | None = None, progress: bool = True, **changes: Any) -> list[JobResult]:
+                 tracks_out: str | Path | None = None, qc: bool = False, progress: bool = True,
+                 **changes: Any) -> list[JobResult]:
     """Restore every input (files, or the videos and images of folders) into ``output_dir`` on one
     engine: the weights load and the workers compile once, and ``jobs`` files (see
     :class:`BatchOptions`) are restored at once; with ``ray`` (an address, as ``--ray``), on the
@@ -84,7 +87,7 @@ def restore_many(inputs: list[str | Path], output_dir: str | Path, options: Rest
     and no output; the others are restored."""
     batch = BatchOptions(recursive=recursive, skip_existing=skip_existing, ray=ray, ray_actors=ray_actors,
                          **({"name": name} if name else {}), **({"jobs": jobs} if jobs is not None else {}))
-    job = _job(overwrite, resume, segment_frames, tracks_out)
+    job = _job(overwrite, resume, segment_frames, tracks_out, qc)
     engine: BatchEngine
     if ray is not None:
         from .pipeline.cluster import ClusterEngine

@@ -228,6 +228,11 @@ class JobOptions(_Checked):
                                       "--tracks, when it is seen, its size) and write --tracks-out if given; takes "
                                       "INPUT and no OUTPUT", "output")
 
+    qc: bool = option(False, "measure how much flicker the restoration adds to each face track: its restored "
+                             "face's change from frame to frame, beyond what the input's own motion explains, "
+                             "over the input's (1.0: none added); in the summary, which names the tracks to "
+                             "check, the tracks file and the report. Costs CPU time on every frame with a face",
+                      "output")
     preview: int | None = option(None, "write, instead of the video, a contact sheet (OUTPUT .png or .jpg) of this "
                                        "many evenly spaced frames, decoded beside restored, faces boxed; it seeks "
                                        "to them, so a long clip takes seconds", "output", check=between(1, 64))
@@ -236,6 +241,9 @@ class JobOptions(_Checked):
         super().__post_init__()
         if self.detect_only and self.resume:
             raise UsageError("--detect-only and --resume cannot be combined (nothing is encoded to resume)")
+        if self.qc and (self.detect_only or self.preview is not None):
+            other = "--detect-only" if self.detect_only else "--preview"
+            raise UsageError(f"--qc measures a restored video; it cannot be combined with {other}")
         if self.preview is not None and (self.resume or self.detect_only or self.tracks_out):
             other = "--resume" if self.resume else "--detect-only" if self.detect_only else "--tracks-out"
             raise UsageError(f"--preview writes only the contact sheet; it cannot be combined with {other}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import OutputError, failures_as
@@ -45,8 +46,9 @@ def frame_record(frame: TrackedFrame, field: int | None, restored: list[bool]) -
 class TracksWriter:
     """Streams frame records into a temp file beside ``path``; :meth:`close` moves it into place."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, tracks: Callable[[], dict] | None = None) -> None:
         self.path = path
+        self.tracks = tracks  # what the file says of each track once every frame is in (--qc's flicker)
         self.tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
         self.failing = f"cannot write the tracks file {path}"
         with failures_as(OutputError, self.failing):
@@ -61,7 +63,8 @@ class TracksWriter:
 
     def close(self) -> None:
         with failures_as(OutputError, self.failing):
-            self.file.write("\n]}\n")
+            tracks = f',\n"tracks": {json.dumps(self.tracks())}' if self.tracks is not None else ""
+            self.file.write(f"\n]{tracks}}}\n")
             self.file.close()
             os.replace(self.tmp, self.path)
 

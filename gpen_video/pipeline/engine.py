@@ -24,6 +24,7 @@ from ..media.writer import VideoWriter
 from ..options import JobOptions, RestoreOptions
 from .batching import Pictures
 from .choose import choose_tracks
+from .flicker import CheckedWriter, FlickerCheck
 from .interfaces import FaceLog, FrameSource, NoOutput
 from .paths import check_paths, segment_store
 from .preview import preview
@@ -125,21 +126,29 @@ class Engine:
             self.pool(pictures.frames, pictures=pictures)
             with video.own_pass() as first_pass:
                 chosen, choice, _ = choose_tracks(self.runner, input.name, first_pass, pictures, on_frame)
-            writer: VideoWriter | SegmentedWriter = encoder
+            writer: VideoWriter | SegmentedWriter | CheckedWriter = encoder
             start_frame = 0
             if job.resume:
                 store = segment_store(input, output, job, self.options)
                 writer = SegmentedWriter(encoder, store, input, job.segment_frames)
                 start_frame = writer.first_frame
+            check = FlickerCheck() if job.qc and pictures.fields is None else None
+            logs = self._tracks_file(job, check)
+            if check is not None:
+                writer, logs = CheckedWriter(writer, check), (*logs, check)
 
             def source(streams: set[int]) -> Iterator[SourceFrame | av.Packet]:
                 return video.frames(container, streams)
 
-            summary = self.runner.run(Pass(source, writer, pictures, self._tracks_file(job), start_frame,
-                                           chosen=chosen), on_frame)
+            summary = self.runner.run(Pass(source, writer, pictures, logs, start_frame, chosen=chosen), on_frame)
         summary.resumed_at, summary.truncated, summary.choice = start_frame, video.report.truncated, choice
         summary.chosen = sorted(chosen) if chosen is not None else None
         summary.decoder = video.describe()
+        if check is not None:
+            summary.flicker = check.tracks
+        elif job.qc:
+            summary.warnings.append(f"--qc measures progressive video; {input.name} is interlaced, so its flicker "
+                                    f"was not measured")
         return summary
 
     def restore_segment(self, input: str | Path, output: str | Path, job: JobOptions, unit: SegmentUnit,
@@ -242,5 +251,8 @@ class Engine:
             raise UsageError(f"--start and --end apply to videos; {input.name} is an image")
 
     @staticmethod
-    def _tracks_file(job: JobOptions) -> tuple[FaceLog, ...]:
-        return (TracksWriter(Path(job.tracks_out)),) if job.tracks_out else ()
+    def _tracks_file(job: JobOptions, check: FlickerCheck | None = None) -> tuple[FaceLog, ...]:
+        """The tracks file's log, if asked for; with ``check``, it ends with each track's flicker."""
+        if not job.tracks_out:
+            return ()
+        return (TracksWriter(Path(job.tracks_out), check.figures if check is not None else None),)

@@ -30,7 +30,9 @@ def file_record(input: Path, output: Path | None, summary: Summary | None = None
         "warnings": [*([summary.truncated] if summary.truncated else []), *summary.warnings],
         "seconds": round(summary.seconds, 3), "fps": round(summary.fps, 3),
         "startup_seconds": {name: round(seconds, 3) for name, seconds in summary.startup.items()},
-        "decoder": summary.decoder or None}
+        "decoder": summary.decoder or None,
+        "flicker": ({str(track): f.record() for track, f in sorted(summary.flicker.items())}
+                    if summary.flicker is not None else None)}
 
 
 def write_report(path: Path, records: list[dict]) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..faces.select import TrackSurvey
+from .flicker import FLICKER_LIMIT, TrackFlicker
 from .runtime import MILESTONES
 
 
@@ -33,6 +34,7 @@ class Summary:
     tracks_found: TrackSurvey | None = None  # --detect-only: the tracks found (nothing restored)
     panels: int | None = None  # --preview: the sheet's frames (``frames`` then counts the frames decoded)
     decoder: str = ""  # which decoder ran (a video's), and why the CPU where NVDEC was allowed
+    flicker: dict[int, TrackFlicker] | None = None  # --qc: each restored track's figures
 
     @property
     def fps(self) -> float:
@@ -66,6 +68,8 @@ class Summary:
                          + (f" (of which {parts})" if parts else ""))
             stages = ", ".join(f"{m} {seconds:.2f} s" for m, seconds in self.first_picture().items())
             lines.append(f"the job's first picture: {stages} into the job")
+        if self.flicker is not None:
+            lines += self._flicker_lines()
         if self.resumed_at:
             lines.append(f"resumed at frame {self.resumed_at}: the frames before it came from the work directory")
         if self.truncated:
@@ -78,3 +82,15 @@ class Summary:
             lines.append(f"stage busy time: {busy}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def _flicker_lines(self) -> list[str]:
+        """--qc's figures, and the tracks whose restored face changes over FLICKER_LIMIT times as
+        much as the input between frames, for an editor to check."""
+        if not self.flicker:
+            return ["flicker: no track had its face restored on two frames in a row to measure"]
+        figures = ", ".join(f"track {track} {f.ratio:.2f}" for track, f in sorted(self.flicker.items()))
+        lines = [f"flicker, the output's change between frames over the input's (1.0: none added): {figures}"]
+        lines += [f"check track {track} ({f.first:.2f}-{f.last:.2f} s): its restored face changes "
+                  f"{f.ratio:.1f} times as much as the input from frame to frame"
+                  for track, f in sorted(self.flicker.items()) if f.ratio > FLICKER_LIMIT]
+        return lines
