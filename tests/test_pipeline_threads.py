@@ -338,7 +338,7 @@ def test_compile_auto_follows_what_this_gpu_measured(small_gpen, tmp_path, monke
     options = {**_gpu_options(small_gpen), "codec": "ffv1", "batch_size": 4, "gpus": [0]}
     for setting in ("off", "on"):
         restore_video(SAMPLE, tmp_path / f"{setting}.mkv", **{**options, "compile": setting})
-    auto = RestoreOptions(**{k: v for k, v in options.items() if k != "progress"}, compile="auto")
+    auto = RestoreOptions(**{**{k: v for k, v in options.items() if k != "progress"}, "compile": "auto"})
     key = speeds.setup_key(auto, "cuda:0")
     figures = speeds.measured(key)
     assert figures.eager > 0 and figures.compiled > 0 and (figures.compile_warm or figures.compile_cold) > 0

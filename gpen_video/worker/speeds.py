@@ -11,6 +11,7 @@ import logging
 import os
 import tempfile
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -59,7 +60,7 @@ class Measured:
 
 def setup_key(options: RestoreOptions, device: str) -> str:
     """What a measurement holds for: the GPU, torch, the checkpoint, the precision and the batch."""
-    gpen = options.weights.name if options.weights is not None else options.model
+    gpen = Path(options.weights).name if options.weights is not None else options.model
     return (f"{torch.cuda.get_device_name(torch.device(device))} | torch {torch.__version__} | {gpen} | "
             f"{options.precision_on(device)} | batch {options.batch_size}")
 
