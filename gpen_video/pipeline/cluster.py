@@ -222,9 +222,9 @@ class ClusterEngine:
     def _segments(self, input: Path, job: JobOptions) -> tuple[VideoInfo, list[SegmentUnit]] | None:
         """The video's probe and its units, for a video to split (None: restore it whole on one
         actor). Not split: images, --detect-only and --preview jobs, a job writing --tracks-out (one
-        file of the whole clip's tracks), interlaced video, and the options that need a first pass
-        over the whole clip or a time range."""
-        if job.detect_only or job.preview is not None or job.tracks_out is not None or \
+        file of the whole clip's tracks) or measuring --qc (each track's flicker over all of it),
+        interlaced video, and the options that need a first pass over the whole clip or a time range."""
+        if job.detect_only or job.preview is not None or job.tracks_out is not None or job.qc or \
                 input.suffix.lower() in IMAGE_EXTENSIONS:
             return None
         if self.options.selects or self.options.time_range is not None:
