@@ -15,6 +15,7 @@ from gpen_video.faces.track import TrackedFace, TrackedFrame
 from gpen_video.media.demux import read_frames
 from gpen_video.pipeline.flicker import FLICKER_LIMIT, FlickerCheck
 
+from . import corpus
 from .conftest import shared_file
 from .test_preservation import gpen_video
 
@@ -80,6 +81,15 @@ def test_qc_at_strength_zero_reads_about_one_in_the_summary_tracks_file_and_repo
     assert record["flicker"] == figures
     assert f"(1.0: none added): track 0 {figures['0']['flicker']:.2f}" in run.stderr
     assert "check track" not in run.stderr
+
+
+def test_an_interlaced_video_is_named_unmeasured_and_restored_all_the_same(small_gpen, tmp_path):
+    clip = corpus.interlaced(tmp_path / "interlaced.mp4", top_first=True)
+    run = gpen_video(small_gpen, clip, tmp_path / "out.mkv", "--codec", "ffv1", "--qc")
+    assert run.returncode == 0, run.stderr
+    assert "warning: --qc measures progressive video; interlaced.mp4 is interlaced, so its flicker was not " \
+           "measured" in run.stderr
+    assert "flicker, the output's" not in run.stderr
 
 
 def test_qc_refuses_what_it_cannot_measure(small_gpen, tmp_path):
