@@ -43,8 +43,9 @@ def gaussian_weights(offsets: np.ndarray, sigma: float) -> np.ndarray:
 
 def _polynomial_rows(x: np.ndarray, weights: np.ndarray, degree: int) -> np.ndarray | None:
     """The weighted least-squares polynomial's coefficients at x = 0 as rows (coefficient i =
-    row i @ y), the degree lowered to what the distinct ``x`` allow; None if they allow no line."""
-    degree = min(degree, len(np.unique(x)) - 1)
+    row i @ y), the degree lowered to what the samples allow (``x`` strictly increasing, as the
+    tracker's clocks are); None if they allow no line."""
+    degree = min(degree, len(x) - 1)
     if degree < 0:
         return None
     basis = np.vander(x, degree + 1, increasing=True)
@@ -91,9 +92,10 @@ class Smoother:
         noise = 1.4826 * float(np.median(np.abs(third))) / math.sqrt(20)  # MAD of white noise's third difference
         near = np.arange(max(lo, at - math.ceil(RADIUS_SIGMAS * MOTION_SIGMA)),
                          min(hi, at + math.ceil(RADIUS_SIGMAS * MOTION_SIGMA) + 1))
-        clock = np.asarray(clocks, dtype=np.float64)
-        step = float(np.median(np.diff(clock[lo:hi])))
-        rows = _polynomial_rows((clock[near] - clock[at]) / step, gaussian_weights(near - at, MOTION_SIGMA), 2)
+        clock = np.asarray(clocks[lo:hi], dtype=np.float64)
+        step = (clock[-1] - clock[0]) / (len(clock) - 1)  # the frames' mean step: accelerations per frame²
+        offsets = (clock[near - lo] - clock[at - lo]) / step
+        rows = _polynomial_rows(offsets, gaussian_weights(near - at, MOTION_SIGMA), 2)
         if rows is None or len(rows) < 3:
             return narrowest
         curvature = 2 * rows[2]  # the acceleration, in pixels per frame squared, as weights of the samples
@@ -108,8 +110,7 @@ class Smoother:
         """Sample ``at`` smoothed: the local quadratic with Gaussian weights of sigma ``width``."""
         radius = math.ceil(RADIUS_SIGMAS * width)
         window = np.arange(max(0, at - radius), min(len(samples), at + radius + 1))
-        clock = np.asarray(clocks, dtype=np.float64)
-        span = clock[window] - clock[at]
+        span = np.asarray(clocks[window[0]:window[-1] + 1], dtype=np.float64) - clocks[at]
         scale = float(np.abs(span).max()) or 1.0
         rows = _polynomial_rows(span / scale, gaussian_weights(window - at, width), 2)
         points = np.asarray(samples[window[0]:window[-1] + 1], dtype=np.float64)

@@ -316,13 +316,12 @@ class FaceTracker:
         if self.smooth <= 0:
             return track.samples[at].copy()
         smoother = self._smoother
-        for seq in range(max(track.first, frame.seq - smoother.spread),
-                         min(track.first + len(track.samples), frame.seq + smoother.spread + 1)):
-            if seq not in track.widths:
+        around = range(max(track.first, frame.seq - smoother.spread),
+                       min(track.first + len(track.samples), frame.seq + smoother.spread + 1))
+        for seq in around:
+            if seq not in track.widths:  # each sample's own width, once: its neighbours' frames need it too
                 track.widths[seq] = smoother.width(track.clocks, track.samples, seq - track.first)
-        width = min(track.widths[seq] for seq in range(max(track.first, frame.seq - smoother.spread),
-                                                       frame.seq + smoother.spread + 1) if seq in track.widths)
-        return smoother.fit(track.clocks, track.samples, at, width)
+        return smoother.fit(track.clocks, track.samples, at, min(track.widths[seq] for seq in around))
 
 
 def track_faces(frames: Iterable[tuple[int, float, list[Face], np.ndarray]], **options) -> list[TrackedFrame]:
