@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import av
 
@@ -17,6 +18,9 @@ from .frames import SourceFrame
 from .opening import open_input
 from .probe import VideoInfo, probe
 from .seek import SeekReport, frames_at
+
+if TYPE_CHECKING:
+    from ..options import RestoreOptions
 
 log = logging.getLogger(__name__)
 #: A pass's pictures and packets, given the streams whose packets it wants (pipeline.interfaces.FrameSource).
@@ -44,6 +48,12 @@ class VideoInput:
         assert info.traits is not None
         self.decoding: DecoderChoice = choose_decoder(decoder, info.traits, gpu, info.display_matrix)
         self.report = DecodeReport(info.truncated)  # how the video ended, once a pass has read it
+
+    @classmethod
+    def for_job(cls, path: Path, options: RestoreOptions, gpu: int | None) -> VideoInput:
+        """``path`` probed and checked before any work, as ``options`` ask: their decoder, the start
+        of their time range, whether a cut-off file is allowed."""
+        return VideoInput(path, options.decoder, gpu, options.start, options.allow_truncated)
 
     def open(self) -> av.container.InputContainer:
         """A container of the video's own, for a pass and the writer that copies its other streams."""

@@ -44,6 +44,9 @@ class Engine:
         self.options = options or RestoreOptions()
         self.progress = progress
         self.devices = self.options.devices()  # a missing GPU is an error before anything loads
+        # NVDEC decodes on the first GPU the workers use, when they are threads of this process.
+        gpus = [int(d.split(":")[1]) for d in self.devices if d.startswith("cuda:") and self.options.worker == "thread"]
+        self.decoding_gpu = gpus[0] if gpus else None
         self.workers = Workers(self.options, self.devices, progress)
         self.runner = Runner(self.options, self.workers, progress)
         #: Frames of all the work planned (a batch's), which ``--compile auto`` decides on; None: the first job's.
@@ -95,14 +98,6 @@ class Engine:
             return self.restore_image(input, output, job, on_frame, whole=whole_photos)
         return self.restore_video(input, output, job, on_frame)
 
-    def _video(self, input: Path) -> VideoInput:
-        """The video, probed and checked before any work; NVDEC decodes on the first GPU the
-        workers use, when they are threads of this process."""
-        threads = self.options.worker == "thread"
-        gpus = [int(d.split(":")[1]) for d in self.devices if d.startswith("cuda:") and threads]
-        return VideoInput(input, self.options.decoder, gpus[0] if gpus else None, self.options.start,
-                          self.options.allow_truncated)
-
     def restore_video(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
                       on_frame: FrameCallback | None = None) -> Summary:
         """Restore every face in ``input`` (those chosen, with ``--faces`` or ``--tracks``) and
@@ -117,7 +112,7 @@ class Engine:
         job = job or JobOptions()
         input, output = Path(input), Path(output)
         check_paths(input, output, job.overwrite, CONTAINERS)
-        video = self._video(input)
+        video = VideoInput.for_job(input, self.options, self.decoding_gpu)
         with video.open() as container, \
                 VideoWriter(output, container, video.info, self.options, job.overwrite) as encoder:
             pictures = Pictures.of_video(video.info, self.options.smooth)
@@ -158,7 +153,7 @@ class Engine:
         segment is there. Decoding starts at the unit's key frame and runs the tracker's lookahead
         past its end, so its frames come out as in a run over the whole video."""
         input, output = Path(input), Path(output)
-        video = self._video(input)
+        video = VideoInput.for_job(input, self.options, self.decoding_gpu)
         store = segment_store(input, output, job, self.options)
         # The encoder's settings come from a writer of the output's kind, whose file is thrown away.
         with video.open() as container, \
@@ -215,7 +210,7 @@ class Engine:
             pictures = Pictures(1, photo.frame.height, photo.frame.width, smooth=0)
             self.pool(1, restoring=False, pictures=pictures)
             return self._find(photo_source(photo.picture()), input, tracks_out, on_frame, pictures)
-        video = self._video(input)
+        video = VideoInput.for_job(input, self.options, self.decoding_gpu)
         pictures = Pictures.of_video(video.info, self.options.smooth)
         self.pool(pictures.frames, restoring=False, pictures=pictures)
         with video.own_pass() as source:
@@ -241,7 +236,7 @@ class Engine:
         if input.suffix.lower() in IMAGE_EXTENSIONS:
             raise UsageError(f"--preview samples the frames of a video; {input.name} is an image")
         check_paths(input, output, overwrite, IMAGE_EXTENSIONS)
-        video = self._video(input)
+        video = VideoInput.for_job(input, self.options, self.decoding_gpu)
         with ImageWriter(output, overwrite) as writer:
             self.pool(panels)
             return preview(self.runner, video, writer, panels, on_frame)
