@@ -77,9 +77,9 @@ def _read() -> dict[str, dict]:
     return book if isinstance(book, dict) else {}
 
 
-def measured(key: str) -> Measured:
-    """This machine's figures for ``key`` (all None where nothing was measured yet)."""
-    entry = _read().get(key)
+def _entry(book: dict[str, dict], key: str) -> Measured:
+    """``key``'s figures in ``book``, leaving out whatever is not a positive number."""
+    entry = book.get(key)
     if not isinstance(entry, dict):
         return Measured()
     fields = Measured.__dataclass_fields__
@@ -87,12 +87,17 @@ def measured(key: str) -> Measured:
                        if name in fields and isinstance(value, (int, float)) and value > 0})
 
 
+def measured(key: str) -> Measured:
+    """This machine's figures for ``key`` (all None where nothing was measured yet)."""
+    return _entry(_read(), key)
+
+
 def record(key: str, **figures: float) -> None:
     """Keep ``figures`` (fields of :class:`Measured`) for ``key``, replacing earlier ones. The file
     is replaced whole, so a reader never sees half of it; a file that cannot be written costs
     only the measurement."""
     book = _read()
-    book[key] = asdict(replace(measured(key), **figures))
+    book[key] = asdict(replace(_entry(book, key), **figures))
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
