@@ -58,6 +58,11 @@ class TrackFlicker:
                 "to": round(self.last, 3)}
 
 
+def flicker_records(tracks: dict[int, TrackFlicker]) -> dict[str, dict]:
+    """Each measured track's figures, by its id, as the tracks file and the report write them."""
+    return {str(track): figures.record() for track, figures in sorted(tracks.items())}
+
+
 def _gray(frame: av.VideoFrame, source: SourceFrame) -> np.ndarray:
     """The upright luma of a frame laid out as ``source`` is, as 8-bit levels: its Y plane where
     square pixels of YUV allow (the flow and the errors need no colour), else through RGB."""
@@ -68,13 +73,12 @@ def _gray(frame: av.VideoFrame, source: SourceFrame) -> np.ndarray:
     return layout.orientation.upright(luma[None, None])[0, 0].numpy()
 
 
-def warping_errors(inputs: tuple[np.ndarray, np.ndarray], outputs: tuple[np.ndarray, np.ndarray],
-                   face: np.ndarray) -> tuple[float, float] | None:
-    """The warping errors of the input and the output in one region: ``inputs`` and ``outputs``
-    are (frame before, frame) uint8 crops of one size, ``face`` the bool mask of the face in the
-    frame. None when too little of the face can be followed."""
+def warping_errors(flow: cv2.DISOpticalFlow, inputs: tuple[np.ndarray, np.ndarray],
+                   outputs: tuple[np.ndarray, np.ndarray], face: np.ndarray) -> tuple[float, float] | None:
+    """The warping errors of the input and the output in one region, the motion measured by
+    ``flow``: ``inputs`` and ``outputs`` are (frame before, frame) uint8 crops of one size,
+    ``face`` the bool mask of the face in the frame. None when too little of the face can be followed."""
     before, now = (np.ascontiguousarray(image) for image in inputs)
-    flow = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)
     back = flow.calc(now, before, None)  # where each pixel of the frame was in the frame before
     forth = flow.calc(before, now, None)
     height, width = now.shape
@@ -106,6 +110,7 @@ class FlickerCheck:
         self._lock = threading.Lock()  # the tracker adds while the encoder takes
         self._previous: tuple[int, np.ndarray, np.ndarray, dict[int, np.ndarray]] | None = None
         self.tracks: dict[int, TrackFlicker] = {}
+        self._flow = cv2.DISOpticalFlow_create(cv2.DISOPTICAL_FLOW_PRESET_MEDIUM)  # one for the job's frames
 
     def add(self, frame: TrackedFrame, field: int | None, in_range: bool, restored: list[bool]) -> None:
         boxes = {face.track: face.box for face, was in zip(frame.faces, restored) if was}
@@ -119,9 +124,9 @@ class FlickerCheck:
     def abort(self) -> None:
         """Nothing to remove."""
 
-    def figures(self) -> dict:
-        """Each measured track's figures, for the tracks file (its id as the key)."""
-        return {str(track): figures.record() for track, figures in sorted(self.tracks.items())}
+    def figures(self) -> dict[str, dict]:
+        """Each measured track's figures, for the tracks file."""
+        return flicker_records(self.tracks)
 
     def measure(self, source: SourceFrame, restored: av.VideoFrame | None) -> None:
         """One frame as written: its faces' warping errors against the frame before, where both
@@ -144,7 +149,8 @@ class FlickerCheck:
             face = np.zeros((bottom - top, right - left), dtype=bool)
             x0, y0, x1, y1 = (int(round(v)) for v in box)
             face[max(0, y0 - top):max(0, y1 - top), max(0, x0 - left):max(0, x1 - left)] = True
-            errors = warping_errors((decoded_before[crop], decoded[crop]), (made_before[crop], made[crop]), face)
+            errors = warping_errors(self._flow, (decoded_before[crop], decoded[crop]),
+                                    (made_before[crop], made[crop]), face)
             if errors is not None:
                 figures = self.tracks.setdefault(track, TrackFlicker(source.time, source.time))
                 figures.last = source.time

@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import OutputError, failures_as
 from ..media.outputs import write_atomically
+from .flicker import flicker_records
 from .summary import Summary
 
 #: The schema's version: 1 is the first.
@@ -31,8 +32,7 @@ def file_record(input: Path, output: Path | None, summary: Summary | None = None
         "seconds": round(summary.seconds, 3), "fps": round(summary.fps, 3),
         "startup_seconds": {name: round(seconds, 3) for name, seconds in summary.startup.items()},
         "decoder": summary.decoder or None,
-        "flicker": ({str(track): f.record() for track, f in sorted(summary.flicker.items())}
-                    if summary.flicker is not None else None)}
+        "flicker": flicker_records(summary.flicker) if summary.flicker is not None else None}
 
 
 def write_report(path: Path, records: list[dict]) -> None:
