@@ -34,6 +34,8 @@ MOTION_SIGMA = 2.0
 WIDTH_GAIN = 4.0
 #: A window ends 3 sigmas out, where the weights have fallen to 1.1% of the centre's.
 RADIUS_SIGMAS = 3.0
+#: Samples each side that the acceleration's fit reads.
+MOTION_RADIUS = math.ceil(RADIUS_SIGMAS * MOTION_SIGMA)
 
 
 def gaussian_weights(offsets: np.ndarray, sigma: float) -> np.ndarray:
@@ -68,7 +70,7 @@ class Smoother:
         """Samples each side of a frame that its fit, its noise and its motion read."""
         if self.strength <= 0:
             return 0
-        return max(math.ceil(RADIUS_SIGMAS * STILL_SIGMA * self.strength), math.ceil(RADIUS_SIGMAS * MOTION_SIGMA))
+        return max(math.ceil(RADIUS_SIGMAS * STILL_SIGMA * self.strength), MOTION_RADIUS)
 
     @property
     def spread(self) -> int:
@@ -90,8 +92,7 @@ class Smoother:
             return narrowest
         third = np.diff(points, n=3, axis=0)
         noise = 1.4826 * float(np.median(np.abs(third))) / math.sqrt(20)  # MAD of white noise's third difference
-        near = np.arange(max(lo, at - math.ceil(RADIUS_SIGMAS * MOTION_SIGMA)),
-                         min(hi, at + math.ceil(RADIUS_SIGMAS * MOTION_SIGMA) + 1))
+        near = np.arange(max(lo, at - MOTION_RADIUS), min(hi, at + MOTION_RADIUS + 1))
         clock = np.asarray(clocks[lo:hi], dtype=np.float64)
         step = (clock[-1] - clock[0]) / (len(clock) - 1)  # the frames' mean step: accelerations per frame²
         offsets = (clock[near - lo] - clock[at - lo]) / step
