@@ -15,7 +15,7 @@ from gpen_video.media.demux import read_frames
 from gpen_video.media.probe import probe
 from gpen_video.media.seek import frames_at
 from gpen_video.media.sheet import _CAPTION, _GAP
-from gpen_video.pipeline.preview import preview_times
+from gpen_video.pipeline.plan import preview_times
 
 from . import corpus
 from .conftest import SMALL_GPEN_SIZE, paste_region, shared_file, write_clip

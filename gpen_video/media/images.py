@@ -11,6 +11,7 @@ CMYK anywhere) is named in one warning, and refused with ``--strict``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import struct
 import zlib
@@ -28,6 +29,7 @@ from ..errors import InputError, OutputError
 from .colour import Orientation, PlaneLayout, frame_planes, writable_planes
 from .frames import SourceFrame
 from .outputs import AbortedOnError, OutputClaim, partial_path
+from .probe import Pictures
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +91,31 @@ class PhotoTraits:
 
 @dataclass(frozen=True)
 class Photo:
-    """A photo as read: its upright samples as a frame, and what the file is besides them."""
+    """A photo as read: its upright samples as a frame, and what the file is besides them. A job
+    reads it as it reads a video (media.video_input.VideoInput): one picture, no other stream."""
 
+    path: Path
     frame: av.VideoFrame
     traits: PhotoTraits
+    truncated = ""  # a photo that reads is whole
 
-    def picture(self) -> SourceFrame:
-        """The photo as a pipeline picture with buffers of its own: each pass over it takes one,
-        since a picture's buffers go through their lifecycle once."""
-        return SourceFrame(0, self.frame, PlaneLayout.of(self.frame, Orientation()))
+    @property
+    def pictures(self) -> Pictures:
+        return Pictures(1, self.frame.height, self.frame.width)
+
+    def open(self) -> contextlib.nullcontext[None]:
+        """Nothing to open: the photo is in memory."""
+        return contextlib.nullcontext()
+
+    def frames(self, opened: None, streams: set[int], start: object = None, end: int | None = None
+               ) -> Iterator[SourceFrame]:
+        """A pass over the photo: the one picture, with buffers of its own (a picture's buffers
+        go through their lifecycle once)."""
+        yield SourceFrame(0, self.frame, PlaneLayout.of(self.frame, Orientation()))
+
+    def describe(self) -> str:
+        """No decoder to name."""
+        return ""
 
 
 def _open(path: Path) -> Image.Image:
@@ -157,7 +175,7 @@ def read_image(path: Path) -> Photo:
         samples = pixels[:, :, channel]
         dst[...] = samples.view(np.int16) if deep else samples
     frame.pts, frame.time_base = 0, Fraction(1, 1)
-    return Photo(frame, traits)
+    return Photo(path, frame, traits)
 
 
 def photo_source(picture: SourceFrame) -> Callable[[set[int]], Iterator[SourceFrame]]:

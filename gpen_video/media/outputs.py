@@ -1,6 +1,7 @@
-"""One OUTPUT, one job: a job writes through a hidden temporary file beside OUTPUT and holds
-OUTPUT's claim from start to rename, so a second job on the same OUTPUT is refused at once, and
-a finished file replaces an existing one only when the user said ``--overwrite``.
+"""One OUTPUT, one job: OUTPUT is checked before any work (:func:`check_paths`), a job writes
+through a hidden temporary file beside OUTPUT and holds OUTPUT's claim from start to rename, so a
+second job on the same OUTPUT is refused at once, and a finished file replaces an existing one
+only when the user said ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import OutputBusyError
+from ..errors import OutputBusyError, UsageError
 
 
 def _partial_prefix(output: Path) -> str:
@@ -143,3 +144,28 @@ class OutputClaim:
             pass
         os.close(self._fd)
         self._fd = None
+
+
+def check_paths(input: Path, output: Path, overwrite: bool, extensions: set[str] | dict) -> None:
+    """OUTPUT can be written, is not the input, and replaces nothing unasked."""
+    if not output.suffix and not output.is_dir():
+        raise UsageError(f"OUTPUT {output} has no extension: name a file such as {output}.mp4 (the container "
+                         f"follows the extension), or end it with / to write into that folder")
+    if output.suffix.lower() not in extensions:
+        raise UsageError(f"unsupported output extension {output.suffix!r}; use one of {', '.join(sorted(extensions))}")
+    if input.exists() and output.exists() and os.path.samefile(input, output):
+        raise UsageError("OUTPUT is the input file; choose another path")
+    if output.resolve() == input.resolve():
+        raise UsageError("OUTPUT is the input file; choose another path")
+    if output.is_dir():
+        raise UsageError(f"OUTPUT is a directory: {output}")
+    if output.exists() and not overwrite:
+        raise UsageError(f"{output} exists; pass --overwrite to replace it")
+    parent = output.resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"output directory does not exist: {parent}")
+    try:  # a real probe: permissions, read-only file systems and ACLs all answer the same way
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError:
+        raise UsageError(f"output directory is not writable: {parent}") from None

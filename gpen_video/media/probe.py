@@ -24,6 +24,18 @@ CARRIED_SIDE_DATA = frozenset({av.sidedata.sidedata.Type.A53_CC, av.sidedata.sid
 
 
 
+@dataclass(frozen=True)
+class Pictures:
+    """What a job's pictures are, as probed: how many (None: unknown), their upright size as
+    players show it, and a video's fields and rate (a photo is one picture)."""
+
+    frames: int | None
+    height: int
+    width: int
+    fields: FieldOrder | None = None
+    fps: float = 25.0
+
+
 @dataclass
 class VideoInfo:
     path: Path
@@ -60,6 +72,10 @@ class VideoInfo:
     @property
     def fps(self) -> float:
         return float(self.average_rate) if self.average_rate else 25.0
+
+    @property
+    def pictures(self) -> Pictures:
+        return Pictures(self.frames, *self.shown, self.fields, self.fps)
 
 
 

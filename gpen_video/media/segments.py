@@ -53,6 +53,16 @@ class SegmentStore:
         except OSError as exc:
             raise OutputError(f"cannot use the work directory {directory}: {exc.strerror or exc}") from None
 
+    @classmethod
+    def for_job(cls, input: Path, output: Path, segment_frames: int, options: dict) -> SegmentStore:
+        """The work directory of the segmented job writing ``output`` (``--resume``, or a long video
+        split across a cluster), tied to the input file, the segments' length and ``options``
+        (every option that shapes the result)."""
+        stat = input.stat()
+        return SegmentStore(work_dir_for(output), {"input": str(input.resolve()), "size": stat.st_size,
+                                                   "mtime_ns": stat.st_mtime_ns, "segment_frames": segment_frames,
+                                                   "options": options})
+
     def _path(self, index: int) -> Path:
         return self.directory / f"segment-{index:06d}.bin"
 

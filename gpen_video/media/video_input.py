@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,15 +16,13 @@ from .decoders import DecoderChoice, choose_decoder
 from .demux import DecodeReport, SeekPoint, demux
 from .frames import SourceFrame
 from .opening import open_input
-from .probe import VideoInfo, probe
+from .probe import Pictures, VideoInfo, probe
 from .seek import SeekReport, frames_at
 
 if TYPE_CHECKING:
     from ..options import RestoreOptions
 
 log = logging.getLogger(__name__)
-#: A pass's pictures and packets, given the streams whose packets it wants (pipeline.interfaces.FrameSource).
-PassFrames = Callable[[set[int]], Iterator[SourceFrame | av.Packet]]
 
 
 class VideoInput:
@@ -55,6 +53,15 @@ class VideoInput:
         of their time range, whether a cut-off file is allowed."""
         return VideoInput(path, options.decoder, gpu, options.start, options.allow_truncated)
 
+    @property
+    def pictures(self) -> Pictures:
+        return self.info.pictures
+
+    @property
+    def truncated(self) -> str:
+        """Why the video ended early (``--allow-truncated``), once a pass has read it; else ""."""
+        return self.report.truncated
+
     def open(self) -> av.container.InputContainer:
         """A container of the video's own, for a pass and the writer that copies its other streams."""
         return open_input(self.path)
@@ -69,13 +76,6 @@ class VideoInput:
                 if end is not None and isinstance(item, SourceFrame) and item.index >= end:
                     return
                 yield item
-
-    @contextlib.contextmanager
-    def own_pass(self) -> Iterator[PassFrames]:
-        """A pass that needs no writer (the first pass that chooses tracks, --detect-only): its
-        frames from a container opened for it, and closed afterwards."""
-        with self.open() as container:
-            yield lambda streams: self.frames(container, streams)
 
     def frames_at(self, times: list[float], report: SeekReport) -> list[SourceFrame]:
         """The frames at ``times``, each decoded after a seek (media.seek)."""

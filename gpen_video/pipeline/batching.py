@@ -1,38 +1,13 @@
-"""How a job's pictures are grouped: what they are, frames per batch, frames in flight, where a restoration
+"""How a job's pictures are grouped: frames per batch, frames in flight, where a restoration
 batch is cut, and the time range whose faces are restored."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..media.fields import FieldOrder
 from ..media.frames import SourceFrame
-from ..media.probe import VideoInfo
+from ..media.probe import Pictures
 from .scheduler import QUEUED_DETECTIONS, QUEUED_RESTORATIONS
-
-
-@dataclass(frozen=True)
-class Pictures:
-    """What a job's pictures are, as probed: how many (None: unknown), their upright size, the
-    smoothing they take (none for a photo), and a video's fields and rate."""
-
-    frames: int | None
-    height: int
-    width: int
-    smooth: float
-    fields: FieldOrder | None = None
-    fps: float = 25.0
-
-    @classmethod
-    def of_video(cls, info: VideoInfo, smooth: float) -> Pictures:
-        """A video's pictures, from what its probe found, smoothed by ``smooth`` (``--smooth``)."""
-        return cls(info.frames, *info.shown, smooth, info.fields, info.fps)
-
-    def batch_frames(self, batch_size: int) -> int:
-        """Pictures to a detection batch (:func:`frames_per_batch`), never more than there are: a
-        photo's detection runs on one."""
-        return min(frames_per_batch(batch_size, self.width * self.height), self.frames or batch_size)
-
 
 #: The frame size batches are counted for (1080p); larger frames get fewer per batch.
 REFERENCE_PIXELS = 1920 * 1080
@@ -44,6 +19,12 @@ def frames_per_batch(batch_size: int, frame_pixels: int) -> int:
     (:func:`frames_in_flight`, counted in batches) take the same bytes whatever the frame size.
     GPEN's own batches count faces and stay ``batch_size``."""
     return max(1, min(batch_size, batch_size * REFERENCE_PIXELS // max(frame_pixels, 1)))
+
+
+def batch_frames(pictures: Pictures, batch_size: int) -> int:
+    """A job's pictures to a detection batch (:func:`frames_per_batch`), never more than there
+    are: a photo's detection runs on one."""
+    return min(frames_per_batch(batch_size, pictures.width * pictures.height), pictures.frames or batch_size)
 
 
 def frames_in_flight(workers: int, batch_frames: int, lookahead: int) -> int:

@@ -1,29 +1,19 @@
-"""Which tracks a job restores, where ``--faces`` or ``--tracks`` choose: a first pass detects
-and tracks the whole clip without restoring, since ``largest`` and ``center`` need each track's
-whole life, and a ``--tracks`` id that does not exist is an error before anything is restored."""
+"""Which tracks a job restores, where ``--faces`` or ``--tracks`` choose: a first pass (see
+:meth:`~.runner.Runner.execute`) detects and tracks the whole clip without restoring, since
+``largest`` and ``center`` need each track's whole life, and a ``--tracks`` id that does not
+exist is an error before anything is restored."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..errors import UsageError
 from ..faces.select import TrackSurvey, describe_tracks
-from .batching import Pictures
-from .interfaces import FrameSource, NoOutput
-from .runner import FrameCallback, Pass, Runner
+from ..options import RestoreOptions
 
 
-def choose_tracks(runner: Runner, name: str, source: FrameSource, pictures: Pictures,
-                  on_frame: FrameCallback | None, keep_times: tuple[float, ...] = ()
-                  ) -> tuple[frozenset[int] | None, str, TrackSurvey | None]:
-    """The tracks to restore (None: every face), a line saying so, and the survey that found
-    them (which keeps the frames at ``keep_times``). Without a choice in the options, no pass."""
-    options = runner.options
-    if not options.selects:
-        return None, "", None
-    survey = TrackSurvey(options.faces, pictures.height, pictures.width, keep_times)
-    quiet = (lambda frames, faces: None) if on_frame is not None else None  # a batch's bar counts the render
-    result = runner.run(Pass(source, NoOutput(Path(name)), pictures, (survey,), restore=False), quiet)
+def choose_tracks(options: RestoreOptions, name: str, survey: TrackSurvey, seconds: float
+                  ) -> tuple[frozenset[int], str]:
+    """The tracks to restore of those the first pass over ``name`` found in ``seconds``, and a
+    line saying so."""
     if options.tracks is None:
         chosen = survey.chosen()
     else:
@@ -34,4 +24,4 @@ def choose_tracks(runner: Runner, name: str, source: FrameSource, pictures: Pict
                              f"{describe_tracks(survey.frames)}; --detect-only --tracks-out lists them)")
         chosen = frozenset(options.tracks)
     return chosen, (f"tracks restored: {describe_tracks(chosen)} of {describe_tracks(survey.frames)} "
-                    f"(found by a first pass over the clip, {result.seconds:.1f} s)"), survey
+                    f"(found by a first pass over the clip, {seconds:.1f} s)")

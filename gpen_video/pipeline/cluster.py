@@ -35,12 +35,12 @@ from ..faces.track import FaceTracker
 from ..media.containers import CONTAINERS
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.opening import open_input
+from ..media.outputs import check_paths
 from ..media.probe import VideoInfo, probe
-from ..media.segments import SegmentUnit, assemble, plan_segments, work_dir_for
+from ..media.segments import SegmentStore, SegmentUnit, assemble, plan_segments, work_dir_for
 from ..media.writer import VideoWriter
 from ..options import JobOptions, RestoreOptions
 from .engine import Engine, FrameCallback
-from .paths import check_paths, segment_store
 from .summary import Summary
 
 RAY_EXTRA = "pip install 'gpen-video[ray]'"
@@ -248,7 +248,7 @@ class ClusterEngine:
                 VideoWriter(output, container, info, self.options, job.overwrite) as writer:
             if not job.resume:  # a fresh start: whatever an earlier run left goes
                 shutil.rmtree(work_dir_for(output), ignore_errors=True)
-            store = segment_store(input, output, job, self.options)
+            store = SegmentStore.for_job(input, output, job.segment_frames, self.options.fingerprint())
             done = store.finished()
             todo = [u for u in units if u.segment not in done]
             refs: set[Any] = set()  # this file's running units, cancelled if one fails

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ..faces.detect import detector_weights
 from ..faces.track import FaceTracker
+from ..media.probe import Pictures
 from ..model.weights import load_gpen_weights
 from ..options import RestoreOptions
 from ..worker.device import DeviceWorker
@@ -20,7 +21,7 @@ from ..worker.messages import Worker
 from ..worker.process import process_workers
 from ..worker.restorer import compile_cache_warm
 from ..worker.speeds import measured, setup_key
-from .batching import Pictures
+from .batching import batch_frames
 from .fetch import fetch_needed
 from .job import Job
 from .scheduler import WorkerPool
@@ -47,6 +48,8 @@ class Workers:
         self._interrupted = False
         self._startup: dict[str, float] = {}  # how the first job's start-up went, until it reports it
         self._told_cpu = False  # whether a run on the CPU has been said to be slow
+        #: Frames of all the work planned (a batch's), which ``--compile auto`` decides on; None: the first job's.
+        self.planned_frames: int | None = None
 
     def compiles(self, frames: int | None) -> bool:
         """Whether GPU workers compile, for ``frames`` of work (None: unknown, taken as long)."""
@@ -59,11 +62,12 @@ class Workers:
         return measured(setup_key(self.options, gpus[0])).compile_pays(frames, compile_cache_warm())
 
     def pool(self, frames: int | None, restoring: bool = True, pictures: Pictures | None = None) -> WorkerPool:
-        """The workers, built on first use (compiled for ``frames`` of work), then the same for
-        every job, unless a worker process has died: the next job then starts them all again. A
-        job that restores has GPEN loaded into them (its weights downloaded on first use); one
-        that only finds faces does not. With the job's ``pictures``, the workers ready their
-        detection for them meanwhile."""
+        """The workers, built on first use (compiled for the planned work, else the job's
+        ``frames``), then the same for every job, unless a worker process has died: the next job
+        then starts them all again. A job that restores has GPEN loaded into them (its weights
+        downloaded on first use); one that only finds faces does not. With the job's ``pictures``,
+        the workers ready their detection for them meanwhile."""
+        detection_batch = batch_frames(pictures, self.options.batch_size) if pictures is not None else 0
         with self._building:
             if self._pool is not None and not self._pool.alive:
                 log.warning("a worker process has died: starting the workers again")
@@ -80,10 +84,11 @@ class Workers:
                 # thread then finds them done, or waits only for the rest of them.
                 threading.Thread(target=FaceTracker.prepare, name="tracker-imports").start()
                 start = time.perf_counter()
-                self._pool = WorkerPool(self._new_workers(self.compiles(frames)))
+                compiled = self.compiles(self.planned_frames if self.planned_frames is not None else frames)
+                self._pool = WorkerPool(self._new_workers(compiled))
                 self._startup["workers"] = time.perf_counter() - start
             if pictures is not None:
-                self._pool.prepare(pictures.batch_frames(self.options.batch_size), pictures.height, pictures.width)
+                self._pool.prepare(detection_batch, pictures.height, pictures.width)
             workers = self._pool.workers
             if loading:
                 start = time.perf_counter()
