@@ -143,3 +143,18 @@ def test_a_time_range_in_a_batch_applies_to_its_videos_and_its_photos_are_restor
     restored_at = [any(face["restored"] for face in r["faces"]) for r in records]
     assert restored_at[:5] == [False] * 5 and any(restored_at[5:])  # 25 fps: from frame 5 on
     assert _frame_times(out / "speech.mp4") == _frame_times(folder / "speech.mp4")
+
+
+def test_a_photo_in_a_batch_with_a_time_range_gets_the_same_choice_of_faces_as_alone(small_gpen, tmp_path):
+    """``--faces`` chooses a photo's faces by a first pass over it; in a batch with a time range,
+    that pass sees the whole photo too, so the photo comes out as it does without the range."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "people.jpg").write_bytes(shared_file("media/images/whole_two_people.jpg").read_bytes())
+    for out, extra in ((tmp_path / "alone", ()), (tmp_path / "ranged", ("--start", "0.2"))):
+        run = gpen_video(small_gpen, folder, out, "--faces", "largest", "--quiet", *extra)
+        assert run.returncode == 0, run.stderr
+    alone, ranged = (cv2.imread(str(tmp_path / d / "people.jpg")).astype(int) for d in ("alone", "ranged"))
+    photo = cv2.imread(str(folder / "people.jpg")).astype(int)
+    assert (np.abs(alone - photo).max(axis=2) > 30).sum() > 10_000  # the largest face restored
+    assert np.array_equal(alone, ranged)
