@@ -91,6 +91,9 @@ def _cases(tmp: Path, small_gpen: Path) -> dict[str, tuple[list, str]]:
                               "--crf 60 is beyond libx265's range, 0 to 51"),
         "an option x264 lacks": ([SAMPLE, out, "--encoder-options", "tuen=film"],
                                  "--encoder-options: libx264 has no option 'tuen'; did you mean tune?"),
+        "a tune x264 lacks": ([SAMPLE, out, "--encoder-options", "tune=film+flim"],
+                              "--encoder-options tune=film+flim: libx264 has no tune 'flim' (its tunes: film,"),
+        "a preset x264 lacks": ([SAMPLE, out, "--preset", "quick"], "--preset quick: libx264 has no preset 'quick'"),
         "a parameter x264 refuses": ([SAMPLE, out, "--encoder-options", "x264-params=ref=2:nonsense=1"],
                                      "--encoder-options: libx264 refused x264-params: Error parsing option "
                                      "'nonsense = 1'."),
@@ -113,6 +116,7 @@ CASE_NAMES = ["missing", "directory", "zero bytes", "text file", "truncated mp4"
               "no output dir", "bad extension", "no such encoder", "not a gpen checkpoint", "truncated checkpoint",
               "missing gpu", "zero batch", "strength above 1", "negative encoder threads", "preset the codec lacks",
               "crf the codec lacks", "crf beyond x264's", "crf beyond x265's", "no extension", "an option x264 lacks",
+              "a tune x264 lacks", "a preset x264 lacks",
               "a bit rate prores lacks", "bit rate and crf",
               "a detector as --weights"]
 

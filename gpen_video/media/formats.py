@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -31,6 +32,13 @@ RATE_TAKERS = frozenset({"libx264", "libx265", "libvpx-vp9", "libsvtav1", "h264_
 #: their own error before FFmpeg's "Invalid data".
 MAX_CRF = {"libx264": 51, "libx265": 51, "libvpx-vp9": 63, "libsvtav1": 63}
 DEFAULT_PRESET = {"libx264": "fast", "libx265": "fast", "h264_nvenc": "p5", "hevc_nvenc": "p5", "libsvtav1": "8"}
+#: What x264 takes as its preset, tune and profile (x264.h's name lists; a tune may join several,
+#: as ``film+fastdecode``). Checked before the encoder opens: x264 prints its own refusal to the
+#: terminal, beside the one line a bad option gets.
+X264_NAMES = {"preset": ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
+                         "veryslow", "placebo"),
+              "tune": ("film", "animation", "grain", "stillimage", "psnr", "ssim", "fastdecode", "zerolatency"),
+              "profile": ("baseline", "main", "high", "high10", "high422", "high444")}
 #: Container (by extension) -> the encoders tried when the input's own codec cannot be followed:
 #: the first that keeps the input's pixel format whole, else the first (AV1 keeps 10-bit in WebM,
 #: where this FFmpeg's VP9 takes 8 bits only; x265 keeps 12-bit where x264 stops at 10).
@@ -166,6 +174,8 @@ def checked_encoder(name: str, ext: str, allowed: frozenset[str], settings: Rest
     for flag, value, takers in (("--preset", preset, DEFAULT_PRESET), ("--crf", crf, DEFAULT_CRF)):
         if value is not None and codec.name not in takers:
             raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
+    if codec.name == "libx264":
+        _check_x264_names(preset, encoder_option_pairs(settings.encoder_options or ""))
     if crf is not None and crf > MAX_CRF[codec.name]:
         raise OutputError(f"--crf {crf} is beyond {codec.name}'s range, 0 to {MAX_CRF[codec.name]}")
     for flag, value in (("--bitrate", settings.bitrate), ("--maxrate", settings.maxrate)):
@@ -184,6 +194,18 @@ def checked_encoder(name: str, ext: str, allowed: frozenset[str], settings: Rest
         if refused is not None:
             raise OutputError(f"--encoder-options: {codec.name} refused {PARAMS_OPTION[codec.name]}: {refused}")
     return codec
+
+
+def _check_x264_names(preset: str | None, options: dict[str, str]) -> None:
+    """``--preset`` and the preset, tune and profile among ``--encoder-options`` are names x264 knows."""
+    given = [("--preset ", "preset", preset)] + [(f"--encoder-options {key}=", key, options[key])
+                                                 for key in X264_NAMES if key in options]
+    for flag, key, value in given:
+        names = re.split(r"[,./+-]", value) if key == "tune" and value else [value]
+        for name in names:
+            if name is not None and name.lower() not in X264_NAMES[key]:
+                raise OutputError(f"{flag}{value}: libx264 has no {key} {name!r} (its {key}s: "
+                                  f"{', '.join(X264_NAMES[key])})")
 
 
 def quieted(codec: str) -> list[str]:
