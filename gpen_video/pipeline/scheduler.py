@@ -124,6 +124,7 @@ class WorkerPool:
     def __init__(self, workers: list[Worker]) -> None:
         self.workers = workers
         self.tasks = _Tasks()
+        self._prepared: set[tuple[int, int, int]] = set()  # the sizes handed to prepare() so far
         self.threads = [threading.Thread(target=self._serve, args=(w,), name=f"worker-{w.device}", daemon=True)
                         for w in workers]
         for thread in self.threads:
@@ -170,7 +171,12 @@ class WorkerPool:
         ``height`` x ``width``) on their own threads, now: on a GPU that takes about a second, which
         then passes while GPEN loads and the job's first frames decode, not after them. One task
         per worker goes to its device's queue; with several workers on a device, one that takes
-        none readies itself at its first detection, as every worker does for a size it has not met."""
+        none readies itself at its first detection, as every worker does for a size it has not met.
+        A size already handed out is not queued again: a job's first pass, and the next file of a
+        batch of one size, find it ready."""
+        if (frames, height, width) in self._prepared:
+            return
+        self._prepared.add((frames, height, width))
         for worker in self.workers:
             self.tasks.put(_Assigned(None, PrepareDetection(worker.device, frames, height, width)))
 
