@@ -67,7 +67,6 @@ class Workers:
         then starts them all again. A job that restores has GPEN loaded into them (its weights
         downloaded on first use); one that only finds faces does not. With the job's ``pictures``,
         the workers ready their detection for them meanwhile."""
-        detection_batch = batch_frames(pictures, self.options.batch_size) if pictures is not None else 0
         with self._building:
             if self._pool is not None and not self._pool.alive:
                 log.warning("a worker process has died: starting the workers again")
@@ -88,7 +87,7 @@ class Workers:
                 self._pool = WorkerPool(self._new_workers(compiled))
                 self._startup["workers"] = time.perf_counter() - start
             if pictures is not None:
-                self._pool.prepare(detection_batch, pictures.height, pictures.width)
+                self._pool.prepare(batch_frames(pictures, self.options.batch_size), pictures.height, pictures.width)
             workers = self._pool.workers
             if loading:
                 start = time.perf_counter()
