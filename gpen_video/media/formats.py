@@ -174,15 +174,15 @@ def checked_encoder(name: str, ext: str, allowed: frozenset[str], settings: Rest
     for flag, value, takers in (("--preset", preset, DEFAULT_PRESET), ("--crf", crf, DEFAULT_CRF)):
         if value is not None and codec.name not in takers:
             raise OutputError(f"{codec.name} takes no {flag}; {', '.join(takers)} do")
+    given = encoder_option_pairs(settings.encoder_options or "")
     if codec.name == "libx264":
-        _check_x264_names(preset, encoder_option_pairs(settings.encoder_options or ""))
+        _check_x264_names(preset, given)
     if crf is not None and crf > MAX_CRF[codec.name]:
         raise OutputError(f"--crf {crf} is beyond {codec.name}'s range, 0 to {MAX_CRF[codec.name]}")
     for flag, value in (("--bitrate", settings.bitrate), ("--maxrate", settings.maxrate)):
         if value is not None and codec.name not in RATE_TAKERS:
             raise OutputError(f"{codec.name} takes no {flag}; {', '.join(sorted(RATE_TAKERS))} do")
-    if settings.encoder_options:
-        given = encoder_option_pairs(settings.encoder_options)
+    if given:
         known = av.CodecContext.create(codec.name, "w").supported_options
         names = {o.name for o in (*known.generic, *known.private)}
         for key in given:
