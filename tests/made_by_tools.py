@@ -237,6 +237,15 @@ def dv(path: Path) -> Path:
     return path
 
 
+def older_codec(path: Path, codec: str) -> Path:
+    """The talking head as older cameras and rippers wrote it: ``mpeg4`` (MPEG-4 Part 2 with MP3
+    sound, as DivX/Xvid AVIs hold it) or ``mjpeg`` (Motion JPEG with PCM sound, as webcams and
+    old compacts write MOV)."""
+    audio = "libmp3lame" if codec == "mpeg4" else "pcm_s16le"
+    ffmpeg("-i", _source(), "-t", "0.4", "-c:v", codec, "-q:v", "3", "-c:a", audio, path)
+    return path
+
+
 def hdv(path: Path) -> Path:
     """HDV/AVCHD-style anamorphic H.264: a 1920x1080 scene (the talking head in the middle)
     squeezed into 1440x1080 with a 4:3 sample aspect ratio, as those cameras store it."""

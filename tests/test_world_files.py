@@ -120,6 +120,16 @@ def test_active_format_description_is_named_as_left_out_and_refused_under_strict
     assert len(tools.video_frames(out, "pts")) == 30
 
 
+@pytest.mark.parametrize(("codec", "ext", "out_ext"), [("mpeg4", ".avi", ".mp4"), ("mjpeg", ".mov", ".mov")])
+def test_a_codec_the_tool_does_not_write_back_is_named_and_refused_under_strict(small_gpen, tmp_path, codec, ext,
+                                                                                out_ext):
+    src = tools.older_codec(tmp_path / f"in{ext}", codec)
+    out = tmp_path / f"out{out_ext}"
+    named_then_refused(small_gpen, src, out, f"the input's {codec} video is not written back as {codec}; it is "
+                       "encoded as h264 (libx264) (--codec names another encoder)", "--preset", "ultrafast")
+    assert len(tools.video_frames(out, "pts")) == len(tools.video_frames(src, "pts")) == 10
+
+
 def test_broadcast_mpeg2_keeps_codec_chroma_fields_and_captions(small_gpen, tmp_path):
     src = tools.broadcast_mpeg2_ts(tmp_path / "in.ts", tools.captioned_h264(tmp_path / "captioned.mp4"))
     out = tmp_path / "out.mov"

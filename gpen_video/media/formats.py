@@ -136,7 +136,7 @@ def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, 
                    pix_fmt: str) -> EncoderChoice:
     """``asked`` when the user named an encoder; else the one that writes the input's own codec,
     with the input's ProRes profile, when the container ``ext`` can hold it; else one of the
-    container's (x264 at CRF 0 for a lossless input), with a warning naming what changes."""
+    container's (x264 at CRF 0 for a lossless input), with a warning naming the codec it changes."""
     if asked:
         return EncoderChoice(asked, _input_options(asked, source))
     name = source.codec_context.codec.canonical_name
@@ -151,9 +151,11 @@ def choose_encoder(ext: str, allowed: frozenset[str], source: av.stream.Stream, 
     if name in LOSSLESS_CODECS and not lossless:
         warnings.append(f"the input's video is lossless {name}, which {ext} cannot hold; it is encoded lossily "
                         f"as {_format_name(fallback)} ({fallback}): use .mkv to keep it lossless")
-    elif follow is not None:
+    else:
         how = "losslessly as h264 (libx264 at CRF 0)" if lossless else f"as {_format_name(fallback)} ({fallback})"
-        warnings.append(f"{ext} cannot hold the input's {name} video; it is encoded {how}")
+        why = f"{ext} cannot hold the input's {name} video" if follow is not None else \
+            f"the input's {name} video is not written back as {name}"
+        warnings.append(f"{why}; it is encoded {how} (--codec names another encoder)")
     return EncoderChoice(fallback, lossless=lossless, warnings=warnings)
 
 
