@@ -113,7 +113,8 @@ class RestoreOptions(_Checked):
                               "features, hair and neck, not the background, a hat or clothes, so a hand or a "
                               "microphone in front of the face stays as it was", "faces", choices=("box", "parse"))
     parse_weights: Path | None = option(None, "face-parser checkpoint for --mask parse (never downloads)", "faces")
-    strength: float = option(1.0, "blend of restored over original, 0..1", "faces", check=between(0.0, 1.0))
+    strength: float = option(1.0, "blend of the restored face over the decoded one, 0..1", "faces",
+                             check=between(0.0, 1.0))
     smooth: float = option(DEFAULT_SMOOTH, "temporal smoothing of face landmarks: a still face's are "
                                            "fitted over a Gaussian window of 2.5 x S frames (sigma), a "
                                            "moving one's over down to 1 x S, so that motion is not lagged "

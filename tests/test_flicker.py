@@ -65,9 +65,8 @@ def test_a_change_that_is_the_same_on_every_frame_reads_about_one():
 
 
 def test_qc_at_strength_zero_reads_about_one_in_the_summary_tracks_file_and_report(small_gpen, tmp_path):
-    """A 160 px copy of the talking head, so that the small GPEN's 64 px crop holds the whole face:
-    at strength 0 the tool pastes each face back as it was, and --qc must read it as adding no
-    flicker. The figure is in the summary, the tracks file and the report alike."""
+    """At strength 0 the tool leaves every face as it was decoded, and --qc must read it as adding
+    no flicker. The figure is in the summary, the tracks file and the report alike."""
     clip = tmp_path / "small.mp4"
     subprocess.run(["ffmpeg", "-v", "error", "-i", shared_file(CLIP), "-t", "2", "-vf", "scale=160:160",
                     "-c:v", "libx264", "-crf", "16", "-an", clip], check=True)

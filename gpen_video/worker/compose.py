@@ -46,18 +46,19 @@ class Compositor:
         self.mask = torch.from_numpy(face_mask(crop_size)).to(device)[None]
         self.blur = (_SMALL_FACE_KERNEL[:, None] * _SMALL_FACE_KERNEL[None]).expand(3, 1, 3, 3).to(device)
 
-    def _prepare(self, restored: torch.Tensor, original: torch.Tensor, sizes: np.ndarray,
-                 masks: torch.Tensor | None) -> torch.Tensor:
+    def _prepare(self, restored: torch.Tensor, sizes: np.ndarray, masks: torch.Tensor | None) -> torch.Tensor:
         """The faces to paste, as (F, 4, S, S): RGB then mask: the feathered box, or each face's own
         within it (the box's feathered edge reaches zero inside the crop, so no seam shows where
-        the crop ends; the official parse mask is up to 0.2 there)."""
+        the crop ends; the official parse mask is up to 0.2 there), times the strength. The
+        strength thus blends the restored face with the decoded frame itself: the official alpha
+        blends it with the face's aligned crop, which, warped there and back, is softer than the
+        frame wherever the face is larger than the crop."""
         small = sizes < SMALL_FACE
         if small.any():
             blurred = F.conv2d(F.pad(restored, (1, 1, 1, 1), mode="reflect"), self.blur, groups=3)
             restored = torch.where(to_device(small, restored.device)[:, None, None, None], blurred, restored)
-        blended = self.strength * restored + (1.0 - self.strength) * original
         mask = masks[:, None] * self.mask if masks is not None else self.mask[None].expand(len(restored), -1, -1, -1)
-        return torch.cat([blended, mask], dim=1)
+        return torch.cat([restored, self.strength * mask], dim=1)
 
     def _footprints(self, crop_to_frame: np.ndarray, height: int, width: int) -> np.ndarray:
         """Frame region (x0, y0, x1, y1) each crop can reach, with a margin for the bicubic taps,
@@ -69,15 +70,15 @@ class Compositor:
         high = np.ceil(xy.max(axis=1)).astype(int) + 3
         return np.concatenate([np.maximum(low, 0), np.minimum(high, [width, height])], axis=1)
 
-    def paste_batch(self, frames: torch.Tensor, restored: torch.Tensor, original: torch.Tensor,
-                    crop_to_frame: np.ndarray, sizes: np.ndarray, owner: np.ndarray,
+    def paste_batch(self, frames: torch.Tensor, restored: torch.Tensor, crop_to_frame: np.ndarray,
+                    sizes: np.ndarray, owner: np.ndarray,
                     masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``frames`` (N, 3, H, W), float RGB in whole levels, with face k pasted into frame
         ``owner[k]`` (where faces overlap, the larger mask wins, the earlier face on a tie), and
         the (N, H, W) bool mask of the pixels the masks reach; every other pixel keeps its exact value.
 
-        Face k is ``restored[k]`` (3, S, S) blended with ``original[k]`` by the strength, mapped
-        by ``crop_to_frame[k]``, under ``masks[k]`` ((S, S) in [0, 1]; default: the feathered box);
+        Face k is ``restored[k]`` (3, S, S), mapped by ``crop_to_frame[k]``, under ``masks[k]``
+        ((S, S) in [0, 1]; default: the feathered box) times the strength;
         ``sizes[k]`` (shorter box side, px) picks the small-face blur.
         Faces are warped back in chunks, each over a region padded to the chunk's largest. The
         overlaps are settled for all faces at once, by a per-pixel maximum of a key that orders
@@ -94,7 +95,7 @@ class Compositor:
         # order of faces across chunks does not change the result (the key ranks faces by index).
         areas = (regions[:, 2] - regions[:, 0]) * (regions[:, 3] - regions[:, 1])
         todo = todo[np.argsort(areas[todo], kind="stable")]
-        prepared = self._prepare(restored, original, np.asarray(sizes), masks)
+        prepared = self._prepare(restored, np.asarray(sizes), masks)
         frame_to_crop = invert_affine(crop_to_frame)
         # Per pixel of the frames, the best key so far; one slot past the end takes every write
         # that must land nowhere (pixels of a chunk's padding, or of a face that lost).

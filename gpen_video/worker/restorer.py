@@ -237,4 +237,4 @@ class FaceRestorer:
             keys = [(indices[i], f.track) for i, f in zip(owner, specs)]
             masks = self.smoother(clip, keys, self.parser.masks(restored))
         sizes = np.array([f.size for f in specs])
-        return self.compositor.paste_batch(frames, restored, crops, invert_affine(transforms), sizes, owner, masks)
+        return self.compositor.paste_batch(frames, restored, invert_affine(transforms), sizes, owner, masks)
