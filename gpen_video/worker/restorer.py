@@ -4,6 +4,7 @@ that restore, so ``--detect-only`` never loads GPEN's weights or warms it up."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -197,11 +198,8 @@ class FaceRestorer:
             chunk = padded(chunk, batch)
             x = chunk / 127.5 - 1.0  # official normalisation: (x/255 - 0.5) / 0.5
             try:
-                timer = self._timer
-                started = timer.start() if timer is not None else None
-                y = self.model(x)[:n]
-                if timer is not None and started is not None:
-                    timer.stop(started, batch)
+                with self._timer.timing(batch) if self._timer is not None else contextlib.nullcontext():
+                    y = self.model(x)[:n]
             except torch.cuda.OutOfMemoryError:
                 if batch == 1:
                     raise

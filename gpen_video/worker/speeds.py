@@ -6,10 +6,12 @@ on one of them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -120,13 +122,13 @@ class GpenTimer:
         self._faces = 0
         self._span = FIRST_SPAN
 
-    def start(self) -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def stop(self, started: torch.cuda.Event, faces: int) -> None:
-        """GPEN's call begun at ``started`` has been queued for ``faces`` faces (its padded batch)."""
+    @contextlib.contextmanager
+    def timing(self, faces: int) -> Iterator[None]:
+        """Times GPEN's call in the block, queued for ``faces`` faces (its padded batch); a call that
+        raises is not counted."""
+        started = torch.cuda.Event(enable_timing=True)
+        started.record()
+        yield
         ended = torch.cuda.Event(enable_timing=True)
         ended.record()
         self._pending.append((started, ended, faces))
