@@ -29,9 +29,12 @@ VIDEOS = [
     "multi_face_crowd_facenet_pytorch.mp4",
     "old_footage_chaplin_moviepy.mp4",
 ]
-#: Samples whose length costs minutes on a CPU, run as their first frames, cut by FFmpeg's command
-#: line without re-encoding (every stream).
-FIRST_FRAMES = {"phone_portrait_selfie_liveportrait_d13.mp4": 120}
+#: Samples whose length costs a minute or more on CI's two cores, run as their first frames (2-7 s),
+#: cut by FFmpeg's command line without re-encoding (every stream). Each count of packets holds
+#: every frame up to its last: a B-frame is stored after the frame it precedes, so most other
+#: counts leave a gap before the last frame that the cut file's header does not count.
+FIRST_FRAMES = {"phone_portrait_selfie_liveportrait_d13.mp4": 121, "phone_selfie_rotation90_new_face_video-90.mp4": 215,
+                "multi_face_hikers_video_02.mp4": 210, "multi_face_crowd_facenet_pytorch.mp4": 49}
 
 
 
