@@ -251,7 +251,9 @@ def test_pcm_in_avi_becomes_aac_in_mp4(small_gpen, tmp_path):
     out = tmp_path / "out.mp4"
     run = gpen_video(small_gpen, src, out, "--preset", "ultrafast")
     assert run.returncode == 0, run.stderr
-    assert _warnings(run) == ["gpen-video: audio stream #1 (pcm_s16le) cannot be copied into .mp4; "
+    assert _warnings(run) == ["gpen-video: the input's mjpeg video is not written back as mjpeg; it is encoded as "
+                              "h264 (libx264) (--codec names another encoder)",
+                              "gpen-video: audio stream #1 (pcm_s16le) cannot be copied into .mp4; "
                               "re-encoded as aac at 256 kb/s"]
     with av.open(str(out)) as container:
         assert container.streams.audio[0].codec_context.name == "aac"
