@@ -188,6 +188,11 @@ def is_batch(paths: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ui"]:  # the editor's desk, an extra: gpen_video.ui
+        from .ui.command import main as desk
+
+        return desk(argv[1:])
     signal.signal(signal.SIGINT, _interrupted_while_starting)
     signal.signal(signal.SIGTERM, _interrupted_while_starting)
     return _main(argv)

@@ -37,6 +37,10 @@ class PrecisionError(GpenVideoError):
     """Half-precision GPEN failed a guard, and ``--strict`` refuses the slower fp32."""
 
 
+class OutsideFolders(GpenVideoError):
+    """The editor's desk was asked for a path outside the folders it was given."""
+
+
 class WorkerDied(GpenVideoError):
     """A worker process ended while it held work."""
 
