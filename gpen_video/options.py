@@ -211,6 +211,23 @@ class RestoreOptions(_Checked):
         return self.precision or ("fp16" if device.startswith("cuda") else "fp32")
 
 
+#: What an engine's workers are built with and keep for their life: its devices, GPEN, the
+#: detector, the paste-back mask and strength. A job may bring other values of every other option.
+ENGINE_FIELDS = ("gpus", "device", "precision", "batch_size", "compile", "workers_per_device", "worker", "model",
+                 "weights", "detector", "detector_weights", "threshold", "min_face", "max_faces", "mask",
+                 "parse_weights", "strength")
+
+
+def job_options(engine: RestoreOptions, job: RestoreOptions | None) -> RestoreOptions:
+    """A job's options on an engine of ``engine``'s: ``job`` (None: the engine's own), refused
+    where it changes what the engine's workers keep."""
+    if job is None:
+        return engine
+    for name in ENGINE_FIELDS:
+        if getattr(job, name) != getattr(engine, name):
+            raise UsageError(f"--{name.replace('_', '-')} is set when the engine starts; a job cannot change it")
+    return job
+
 
 @dataclass(frozen=True)
 class JobOptions(_Checked):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpen_video.errors import InputError
+from gpen_video.errors import InputError, UsageError
 from gpen_video.options import BatchOptions, JobOptions, RestoreOptions
 from gpen_video.pipeline.batch import restore_many
 from gpen_video.pipeline.engine import Engine
@@ -17,6 +17,7 @@ from gpen_video.worker.device import DeviceWorker
 
 from . import corpus
 from .conftest import decoded_planes, shared_file
+from .made_by_tools import ffmpeg
 
 
 def _options(weights: Path) -> RestoreOptions:
@@ -100,6 +101,32 @@ def test_jobs_at_once_share_the_workers_and_each_comes_out_as_if_alone(small_gpe
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.mkv", "b.mkv", "c.mkv"]
     for video in videos:
         _assert_same_video(tmp_path / "out" / f"{video.stem}.mkv", _alone(small_gpen, video, tmp_path))
+
+
+def test_jobs_bring_options_of_their_own_to_one_engine(small_gpen, tmp_path, built):
+    """One warm engine runs a job with a time range, another choosing the largest face, and one
+    with the engine's options: each comes out as an engine of its own options makes it. What
+    the workers keep (here the strength) is refused per job, in one line, before any work."""
+    talk = shared_file("media/videos/talking_head_speech_liveportrait_d20.mp4")
+    clip = tmp_path / "clip.mp4"
+    ffmpeg("-i", talk, "-t", "1", "-c", "copy", clip)
+    base = _options(small_gpen)
+    jobs = {"ranged": dataclasses.replace(base, start=0.4, end=0.6),
+            "largest": dataclasses.replace(base, faces="largest"), "own": None}
+    with Engine(base, progress=False) as engine:
+        for name, options in jobs.items():
+            engine.restore(clip, tmp_path / f"{name}.mkv", options=options)
+        with pytest.raises(UsageError, match="^--strength is set when the engine starts; a job cannot change it$"):
+            engine.restore(clip, tmp_path / "weaker.mkv", options=dataclasses.replace(base, strength=0.5))
+    assert len(built) == 1 and not (tmp_path / "weaker.mkv").exists()
+    for name, options in jobs.items():
+        alone = tmp_path / f"{name}-alone.mkv"
+        with Engine(options or base, progress=False) as engine:
+            engine.restore(clip, alone)
+        _assert_same_video(tmp_path / f"{name}.mkv", alone)
+    changed = [any((a != b).any() for a, b in zip(x, y))
+               for x, y in zip(decoded_planes(clip), decoded_planes(tmp_path / "ranged.mkv"))]
+    assert any(changed) and not all(changed)  # only the frames in the range were restored
 
 
 def test_an_engine_that_has_not_run_a_job_has_loaded_nothing(small_gpen, tmp_path, built):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..media.segments import SegmentUnit
-from ..options import JobOptions, RestoreOptions
+from ..options import JobOptions, RestoreOptions, job_options
 from .plan import Plan
 from .runner import FrameCallback, Runner
 from .summary import Summary
@@ -19,8 +19,10 @@ from .workers import Workers
 class Engine:
     """Restores any number of videos and images with one set of options. The weights load and the
     workers are built (and compiled) on the first job, once it has passed its checks. Jobs may run
-    from several threads at once; they share the workers. Close it (or use ``with``) to stop the
-    workers' threads."""
+    from several threads at once; they share the workers. Each job may bring options of its own
+    (``options``), which may differ from the engine's in all but what its workers keep
+    (:data:`~gpen_video.options.ENGINE_FIELDS`). Close it (or use ``with``) to stop the workers'
+    threads."""
 
     def __init__(self, options: RestoreOptions | None = None, progress: bool = True) -> None:
         self.options = options or RestoreOptions()
@@ -30,7 +32,7 @@ class Engine:
         gpus = [int(d.split(":")[1]) for d in self.devices if d.startswith("cuda:") and self.options.worker == "thread"]
         self.decoding_gpu = gpus[0] if gpus else None
         self.workers = Workers(self.options, self.devices, progress)
-        self.runner = Runner(self.options, self.workers, progress)
+        self.runner = Runner(self.workers, progress)
 
     @property
     def planned_frames(self) -> int | None:
@@ -64,17 +66,19 @@ class Engine:
         self.workers.interrupt()
 
     def restore(self, input: str | Path, output: str | Path | None, job: JobOptions | None = None,
-                on_frame: FrameCallback | None = None, whole_photos: bool = False) -> Summary:
+                on_frame: FrameCallback | None = None, whole_photos: bool = False,
+                options: RestoreOptions | None = None) -> Summary:
         """Restore ``input`` (a video, or an image by its extension) into ``output``; with
         ``job.detect_only``, find its faces instead (``output`` None; see :meth:`find_faces`); with
         ``job.preview``, write its contact sheet (see :meth:`preview`). With ``whole_photos`` (a
         batch's files), a photo is restored whole whatever the time range, which then applies to
         the videos; else a time range on a photo is an error."""
-        plan = Plan.for_job(input, output, job or JobOptions(), self.options, self.decoding_gpu, whole_photos)
+        plan = Plan.for_job(input, output, job or JobOptions(), job_options(self.options, options), self.decoding_gpu,
+                            whole_photos)
         return self.runner.execute(plan, on_frame)
 
     def restore_video(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
-                      on_frame: FrameCallback | None = None) -> Summary:
+                      on_frame: FrameCallback | None = None, options: RestoreOptions | None = None) -> Summary:
         """Restore every face in ``input`` (those chosen, with ``--faces`` or ``--tracks``) and
         write ``output``; audio, timing and metadata are kept.
 
@@ -84,39 +88,40 @@ class Engine:
         before any output exists when something cannot work. ``on_frame(frames, faces)`` hears
         every frame written; without it the engine shows a progress bar of its own (if asked to).
         """
-        plan = Plan.for_video(input, output, job or JobOptions(), self.options, self.decoding_gpu)
+        plan = Plan.for_video(input, output, job or JobOptions(), job_options(self.options, options), self.decoding_gpu)
         return self.runner.execute(plan, on_frame)
 
     def restore_segment(self, input: str | Path, output: str | Path, job: JobOptions, unit: SegmentUnit,
-                        on_frame: FrameCallback | None = None) -> Summary:
+                        on_frame: FrameCallback | None = None, options: RestoreOptions | None = None) -> Summary:
         """One segment of a long video, a unit of a cluster's job: its frames restored and encoded
         into the work directory beside ``output``, where the driver assembles OUTPUT once every
         segment is there. Decoding starts at the unit's key frame and runs the tracker's lookahead
         past its end, so its frames come out as in a run over the whole video."""
-        plan = Plan.for_segment(input, output, job, unit, self.options, self.decoding_gpu)
+        plan = Plan.for_segment(input, output, job, unit, job_options(self.options, options), self.decoding_gpu)
         return self.runner.execute(plan, on_frame)
 
     def restore_image(self, input: str | Path, output: str | Path, job: JobOptions | None = None,
-                      on_frame: FrameCallback | None = None, whole: bool = False) -> Summary:
+                      on_frame: FrameCallback | None = None, whole: bool = False,
+                      options: RestoreOptions | None = None) -> Summary:
         """Restore the faces of one photo (EXIF orientation honoured) into another image file: a
         one-picture job on the same pipeline, without smoothing (there is no time to smooth over).
         A time range is an error, unless ``whole`` says to restore the photo whole anyway."""
-        plan = Plan.for_photo(input, output, job or JobOptions(), self.options, whole)
+        plan = Plan.for_photo(input, output, job or JobOptions(), job_options(self.options, options), whole)
         return self.runner.execute(plan, on_frame)
 
     def find_faces(self, input: str | Path, tracks_out: str | Path | None = None,
-                   on_frame: FrameCallback | None = None) -> Summary:
+                   on_frame: FrameCallback | None = None, options: RestoreOptions | None = None) -> Summary:
         """``--detect-only``: detect and track the faces of ``input`` (a video or photo), without
         GPEN and without writing a picture; the summary's ``tracks_found`` lists the tracks, and
         ``tracks_out`` (if given) gets the tracks file. The track ids are those a restoration with
         the same detection options numbers (``--tracks`` takes them)."""
-        plan = Plan.for_find(input, tracks_out, self.options, self.decoding_gpu)
+        plan = Plan.for_find(input, tracks_out, job_options(self.options, options), self.decoding_gpu)
         return self.runner.execute(plan, on_frame)
 
     def preview(self, input: str | Path, output: str | Path, panels: int, overwrite: bool = False,
-                on_frame: FrameCallback | None = None) -> Summary:
+                on_frame: FrameCallback | None = None, options: RestoreOptions | None = None) -> Summary:
         """``--preview``: ``output``, a contact sheet of ``panels`` frames evenly spaced over the
         video (over ``--start``/``--end`` if given), each decoded beside restored, its faces boxed
         (see :mod:`.preview`)."""
-        plan = Plan.for_sheet(input, output, panels, overwrite, self.options, self.decoding_gpu)
+        plan = Plan.for_sheet(input, output, panels, overwrite, job_options(self.options, options), self.decoding_gpu)
         return self.runner.execute(plan, on_frame)

@@ -64,10 +64,13 @@ class Plan:
     says which frames are decoded and written (a resumed job writes from its first unfinished
     segment, which only the work directory knows when the job runs). ``first``, where
     ``--faces`` or ``--tracks`` choose the tracks, is the plan of the pass over the whole clip that
-    finds them before. ``tracks_out`` gets the tracks file; ``qc`` measures each track's flicker."""
+    finds them before. ``tracks_out`` gets the tracks file; ``qc`` measures each track's flicker.
+    ``options`` are the job's own: an engine runs jobs of other options than its own, within
+    what its workers keep (``ENGINE_FIELDS``)."""
 
     reads: VideoInput | Photo
     output: Output
+    options: RestoreOptions
     smooth: float
     first: Plan | None = None
     frames: Frames = Frames()
@@ -103,8 +106,8 @@ class Plan:
         input, output = Path(input), Path(output)
         check_paths(input, output, job.overwrite, CONTAINERS)
         video = VideoInput.for_job(input, options, gpu)
-        return Plan(video, Output("video", output, job.overwrite, job.resume, job.segment_frames), options.smooth,
-                    _choosing(video, options.smooth, options), tracks_out=job.tracks_out, qc=job.qc)
+        return Plan(video, Output("video", output, job.overwrite, job.resume, job.segment_frames), options,
+                    options.smooth, _choosing(video, options.smooth, options), tracks_out=job.tracks_out, qc=job.qc)
 
     @staticmethod
     def for_segment(input: str | Path, output: str | Path, job: JobOptions, unit: SegmentUnit,
@@ -114,7 +117,7 @@ class Plan:
         frames = Frames(unit.seek, unit.stop + FaceTracker(smooth=options.smooth).context, unit.start, unit.stop)
         return Plan(VideoInput.for_job(Path(input), options, gpu),
                     Output("video", Path(output), segment_frames=job.segment_frames, unit=unit.segment),
-                    options.smooth, frames=frames)
+                    options, options.smooth, frames=frames)
 
     @staticmethod
     def for_photo(input: str | Path, output: str | Path, job: JobOptions, options: RestoreOptions,
@@ -127,8 +130,8 @@ class Plan:
             _refuse_range(input, options)
         check_paths(input, output, job.overwrite, IMAGE_EXTENSIONS)
         photo = read_image(input)
-        return Plan(photo, Output("image", output, job.overwrite), 0.0, _choosing(photo, 0.0, options, ranged=False),
-                    ranged=False, tracks_out=job.tracks_out)
+        return Plan(photo, Output("image", output, job.overwrite), options, 0.0,
+                    _choosing(photo, 0.0, options, ranged=False), ranged=False, tracks_out=job.tracks_out)
 
     @staticmethod
     def for_find(input: str | Path, tracks_out: str | Path | None, options: RestoreOptions,
@@ -142,8 +145,8 @@ class Plan:
         output = Output("nothing", tracks_out or input)
         if input.suffix.lower() in IMAGE_EXTENSIONS:
             _refuse_range(input, options)
-            return Plan(read_image(input), output, 0.0, restore=False, ranged=False, tracks_out=tracks_out)
-        return Plan(VideoInput.for_job(input, options, gpu), output, options.smooth, restore=False,
+            return Plan(read_image(input), output, options, 0.0, restore=False, ranged=False, tracks_out=tracks_out)
+        return Plan(VideoInput.for_job(input, options, gpu), output, options, options.smooth, restore=False,
                     tracks_out=tracks_out)
 
     @staticmethod
@@ -157,7 +160,7 @@ class Plan:
         check_paths(input, output, overwrite, IMAGE_EXTENSIONS)
         video = VideoInput.for_job(input, options, gpu)
         times = preview_times(video.info, options.time_range, panels)
-        return Plan(video, Output("sheet", output, overwrite, times=times), options.smooth,
+        return Plan(video, Output("sheet", output, overwrite, times=times), options, options.smooth,
                     _choosing(video, options.smooth, options, times=times))
 
 
@@ -196,7 +199,7 @@ def _choosing(reads: VideoInput | Photo, smooth: float, options: RestoreOptions,
     ``times`` (a sheet's)."""
     if not options.selects:
         return None
-    return Plan(reads, Output("nothing", reads.path, times=times), smooth, restore=False, ranged=ranged)
+    return Plan(reads, Output("nothing", reads.path, times=times), options, smooth, restore=False, ranged=ranged)
 
 
 def _refuse_range(input: Path, options: RestoreOptions) -> None:

@@ -33,10 +33,9 @@ FrameCallback = Callable[[int, int], None]  # (frames written, faces restored on
 
 
 class Runner:
-    """Runs plans on ``workers`` with ``options``; a progress bar for each pass if ``progress``."""
+    """Runs plans on ``workers``, each with its own options; a progress bar for each pass if ``progress``."""
 
-    def __init__(self, options: RestoreOptions, workers: Workers, progress: bool) -> None:
-        self.options = options
+    def __init__(self, workers: Workers, progress: bool) -> None:
         self.workers = workers
         self.progress = progress
 
@@ -56,12 +55,12 @@ class Runner:
                 found = self.execute(plan.first, (lambda frames, faces: None) if on_frame is not None else None)
                 survey, startup = found.tracks_found, found.startup
                 assert survey is not None  # what a plan that restores nothing reports
-                chosen, choice = choose_tracks(self.options, reads.path.name, survey, found.seconds)
+                chosen, choice = choose_tracks(plan.options, reads.path.name, survey, found.seconds)
             if output.kind != "sheet":
                 summary = self._render(plan, opened, writer, chosen, on_frame)
             else:
-                summary = sheet(plan, writer, chosen, survey, lambda one: self.run(one, lambda done, found: None),
-                                started)
+                summary = sheet(plan, writer, chosen, survey,
+                                lambda one: self.run(one, plan.options, lambda done, found: None), started)
         summary.choice, summary.chosen = choice, sorted(chosen) if chosen is not None else None
         summary.startup = startup | summary.startup  # the workers' start, in whichever pass it fell
         return summary
@@ -69,35 +68,35 @@ class Runner:
     @contextlib.contextmanager
     def _writer(self, plan: Plan, opened: object) -> Iterator[Writer]:
         """Where the plan's pictures go, opened (its checks made) and aborted if the block fails."""
-        output, reads = plan.output, plan.reads
+        output, reads, options = plan.output, plan.reads, plan.options
         if output.kind == "nothing":
             yield NoOutput(output.path)
         elif output.kind != "video":
             traits = reads.traits if isinstance(reads, Photo) else None
-            with ImageWriter(output.path, output.overwrite, traits, self.options.strict) as image:
+            with ImageWriter(output.path, output.overwrite, traits, options.strict) as image:
                 yield image
         elif output.unit is None:
-            with VideoWriter(output.path, opened, reads.info, self.options, output.overwrite) as encoder:
+            with VideoWriter(output.path, opened, reads.info, options, output.overwrite) as encoder:
                 yield encoder
         else:  # one segment, into the work directory; the encoder's settings come from a writer of
             # the output's kind, whose file is thrown away
-            store = SegmentStore.for_job(reads.path, output.path, output.segment_frames, self.options.fingerprint())
+            store = SegmentStore.for_job(reads.path, output.path, output.segment_frames, options.fingerprint())
             with VideoWriter(store.directory / f"unit-{output.unit:06d}{output.path.suffix}", opened,
-                             reads.info, self.options, overwrite=True) as scratch:
+                             reads.info, options, overwrite=True) as scratch:
                 yield SegmentedWriter(scratch, store, reads.path, output.segment_frames, unit=output.unit)
 
     def _render(self, plan: Plan, opened: object, writer: Writer, chosen: frozenset[int] | None,
                 on_frame: FrameCallback | None) -> Summary:
         """The pass that writes: the plan's frames (a resumed job's from its first unfinished
         segment) from ``opened`` into ``writer``, with the logs the plan asks for."""
-        reads, output, frames = plan.reads, plan.output, plan.frames
+        reads, output, frames, options = plan.reads, plan.output, plan.frames, plan.options
         start = frames.start
         if output.resume:
-            store = SegmentStore.for_job(reads.path, output.path, output.segment_frames, self.options.fingerprint())
+            store = SegmentStore.for_job(reads.path, output.path, output.segment_frames, options.fingerprint())
             writer = SegmentedWriter(writer, store, reads.path, output.segment_frames)
             start = writer.first_frame
         check = FlickerCheck() if plan.qc and reads.pictures.fields is None else None
-        survey = None if plan.restore else TrackSurvey(self.options.faces, reads.pictures.height,
+        survey = None if plan.restore else TrackSurvey(options.faces, reads.pictures.height,
                                                        reads.pictures.width, output.times)
         logs: list[FaceLog] = [survey] if survey is not None else []
         if plan.tracks_out is not None:
@@ -107,7 +106,7 @@ class Runner:
 
         summary = self.run(Pass(lambda streams: reads.frames(opened, streams, frames.seek, frames.end), writer,
                                 reads.pictures, FaceTracker(smooth=plan.smooth), tuple(logs), start, frames.stop,
-                                chosen, plan.restore, plan.ranged), on_frame)
+                                chosen, plan.restore, plan.ranged), options, on_frame)
         summary.resumed_at = start if output.resume else 0
         summary.truncated, summary.decoder, summary.tracks_found = reads.truncated, reads.describe(), survey
         if check is not None:
@@ -117,9 +116,10 @@ class Runner:
                                     f"flicker was not measured")
         return summary
 
-    def run(self, pass_: Pass, on_frame: FrameCallback | None) -> Summary:
-        """One pass through the pipeline, with its progress; its logs are aborted on any failure,
-        and its writer by the caller's ``with`` (or by the job), so nothing is left at OUTPUT.
+    def run(self, pass_: Pass, options: RestoreOptions, on_frame: FrameCallback | None) -> Summary:
+        """One pass through the pipeline with the job's ``options``, with its progress; its logs are
+        aborted on any failure, and its writer by the caller's ``with`` (or by the job), so nothing
+        is left at OUTPUT.
         ``on_frame(frames, faces)`` hears every frame written, in place of the progress bar."""
         pictures, frames = pass_.pictures, pass_.pictures.frames
         pool = self.workers.pool(frames, restoring=pass_.restore)
@@ -139,14 +139,14 @@ class Runner:
                     on_frame(done, found)
 
             span = None
-            if pass_.ranged and self.options.time_range is not None:  # tracked twice the tracker's context around it
+            if pass_.ranged and options.time_range is not None:  # tracked twice the tracker's context around it
                 margin = 2 * pass_.tracker.context / pictures.fps
-                span = TimeRange(*self.options.time_range, before=math.inf if self.options.selects else margin,
+                span = TimeRange(*options.time_range, before=math.inf if options.selects else margin,
                                  after=margin)
-            job = Job(pass_.source, pass_.writer, pool, pass_.tracker, batch_frames(pictures, self.options.batch_size),
+            job = Job(pass_.source, pass_.writer, pool, pass_.tracker, batch_frames(pictures, options.batch_size),
                       pictures.height, pictures.width, logs=pass_.logs, on_frame=count, start_frame=pass_.start_frame,
                       fields=pictures.fields, fps=pictures.fps, span=span, chosen=pass_.chosen,
-                      restore=pass_.restore, whole_tracks=self.options.selects, stop_frame=pass_.stop_frame)
+                      restore=pass_.restore, whole_tracks=options.selects, stop_frame=pass_.stop_frame)
             if pass_.restore:
                 self.workers.restoring_begins()
             try:
