@@ -211,11 +211,10 @@ class RestoreOptions(_Checked):
         return self.precision or ("fp16" if device.startswith("cuda") else "fp32")
 
 
-#: What an engine's workers are built with and keep for their life: its devices, GPEN, the
-#: detector, the paste-back mask and strength. A job may bring other values of every other option.
+#: What an engine's workers are built with and keep for their life: its devices, GPEN and the
+#: detector. A job may bring other values of every other option.
 ENGINE_FIELDS = ("gpus", "device", "precision", "batch_size", "compile", "workers_per_device", "worker", "model",
-                 "weights", "detector", "detector_weights", "threshold", "min_face", "max_faces", "mask",
-                 "parse_weights", "strength")
+                 "weights", "detector", "detector_weights", "threshold", "min_face", "max_faces")
 
 
 def job_options(engine: RestoreOptions, job: RestoreOptions | None) -> RestoreOptions:

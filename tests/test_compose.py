@@ -19,9 +19,10 @@ def _paste_identity(rgb: np.ndarray, faces, size: int, restore=lambda crop: crop
     owner = np.zeros(len(faces), dtype=np.int64)
     transforms = similarity_transforms(np.stack([f.landmarks for f in faces]), reference_points(size))
     crops = warp_faces(frame, owner, transforms, size)
-    comp = Compositor(size, strength=strength)
+    comp = Compositor(size)
     crop_to_frame = invert_affine(transforms)
-    image, reached = comp.paste_batch(frame, restore(crops), crop_to_frame, np.array([f.size for f in faces]), owner)
+    image, reached = comp.paste_batch(frame, restore(crops), crop_to_frame, np.array([f.size for f in faces]), owner,
+                                      strength=strength)
     return image[0].permute(1, 2, 0).to(torch.uint8).numpy(), reached[0].numpy(), crop_to_frame, comp
 
 
@@ -130,5 +131,7 @@ def test_strength_blends_the_restored_face_with_the_decoded_frame_itself(detecto
 
 
 def test_strength_outside_unit_interval_is_rejected():
+    frame = torch.zeros(1, 3, 64, 64)
     with pytest.raises(ValueError, match="strength"):
-        Compositor(512, strength=1.5)
+        Compositor(32).paste_batch(frame, torch.zeros(1, 3, 32, 32), np.eye(2, 3)[None], np.array([32.0]),
+                                   np.zeros(1, np.int64), strength=1.5)

@@ -8,14 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from gpen_video.errors import InputError, UsageError
+from gpen_video.faces.parsenet import ParseNet
 from gpen_video.options import BatchOptions, JobOptions, RestoreOptions
 from gpen_video.pipeline.batch import restore_many
 from gpen_video.pipeline.engine import Engine
 from gpen_video.worker.device import DeviceWorker
 
 from . import corpus
+from . import facexlib_references as references
 from .conftest import decoded_planes, shared_file
 from .made_by_tools import ffmpeg
 
@@ -104,21 +107,26 @@ def test_jobs_at_once_share_the_workers_and_each_comes_out_as_if_alone(small_gpe
 
 
 def test_jobs_bring_options_of_their_own_to_one_engine(small_gpen, tmp_path, built):
-    """One warm engine runs a job with a time range, another choosing the largest face, and one
-    with the engine's options: each comes out as an engine of its own options makes it. What
-    the workers keep (here the strength) is refused per job, in one line, before any work."""
+    """One warm engine runs a job with a time range, one choosing the largest face, one at half
+    strength, one with the face parser's mask (which the engine had not loaded), and one with the
+    engine's options: each comes out as an engine of its own options makes it. What the workers
+    keep (here the GPEN batch) is refused per job, in one line, before any work."""
     talk = shared_file("media/videos/talking_head_speech_liveportrait_d20.mp4")
     clip = tmp_path / "clip.mp4"
     ffmpeg("-i", talk, "-t", "1", "-c", "copy", clip)
+    parser_weights = tmp_path / "parsenet_random.pth"  # the official weights cannot be had here
+    torch.save(references.seeded_weights(ParseNet(), seed=4), parser_weights)
     base = _options(small_gpen)
     jobs = {"ranged": dataclasses.replace(base, start=0.4, end=0.6),
-            "largest": dataclasses.replace(base, faces="largest"), "own": None}
+            "largest": dataclasses.replace(base, faces="largest"),
+            "weaker": dataclasses.replace(base, strength=0.5), "own": None,
+            "parsed": dataclasses.replace(base, mask="parse", parse_weights=parser_weights, start=0.4, end=0.6)}
     with Engine(base, progress=False) as engine:
         for name, options in jobs.items():
             engine.restore(clip, tmp_path / f"{name}.mkv", options=options)
-        with pytest.raises(UsageError, match="^--strength is set when the engine starts; a job cannot change it$"):
-            engine.restore(clip, tmp_path / "weaker.mkv", options=dataclasses.replace(base, strength=0.5))
-    assert len(built) == 1 and not (tmp_path / "weaker.mkv").exists()
+        with pytest.raises(UsageError, match="^--batch-size is set when the engine starts; a job cannot change it$"):
+            engine.restore(clip, tmp_path / "other.mkv", options=dataclasses.replace(base, batch_size=2))
+    assert len(built) == 1 and not (tmp_path / "other.mkv").exists()
     for name, options in jobs.items():
         alone = tmp_path / f"{name}-alone.mkv"
         with Engine(options or base, progress=False) as engine:

@@ -61,7 +61,7 @@ def test_the_soft_mask_is_whole_inside_and_nothing_where_the_crop_ends():
     """A face filling the crop: the outer 20 of 512 px cleared, then feathered, as GPEN does; the
     compositor bounds it by the feathered box, so it is zero at the crop's edge (no seam)."""
     mask = soften(torch.ones(1, 512, 512))[0]
-    pasted = Compositor(512)._prepare(torch.zeros(1, 3, 512, 512), np.array([300.0]), mask[None])[0, 3]
+    pasted = Compositor(512)._prepare(torch.zeros(1, 3, 512, 512), np.array([300.0]), mask[None], 1.0)[0, 3]
     edges = torch.cat([pasted[0], pasted[-1], pasted[:, 0], pasted[:, -1]])
     assert 0.04 < mask[:, 0].max() < 0.25 and edges.max() < 1e-3
     assert mask[200:312, 200:312].min() > 0.999 and pasted[200:312, 200:312].min() > 0.999

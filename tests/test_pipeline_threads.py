@@ -183,7 +183,7 @@ def test_larger_frames_travel_in_smaller_batches_so_memory_is_bounded_in_bytes()
 def test_a_failing_worker_stops_everything_with_its_own_error(small_gpen, tmp_path, monkeypatch):
     calls = []
 
-    def broken(self, images, faces, clip=0):
+    def broken(self, images, faces, clip=0, paste=None):
         calls.append(len(images))
         raise RuntimeError("injected GPU fault")
 

@@ -33,6 +33,7 @@ from ..worker.messages import (
     Detected,
     EncoderInput,
     Passed,
+    Paste,
     RestoreBatch,
     Restored,
     ToEncode,
@@ -76,7 +77,7 @@ class Job:
     upright size, which the workers prepare their detection for.
 
     Faces are restored within ``span`` (None: everywhere), on the ``chosen`` tracks (None: all);
-    a job that does not ``restore`` only detects and tracks, for its ``logs``. ``whole_tracks``
+    they are pasted back as ``paste`` says; a job without it only detects and tracks, for its ``logs``. ``whole_tracks``
     tracks from the first picture whatever is restored, so that track ids are those of a run over
     the whole clip (a choice of tracks refers to them)."""
 
@@ -84,13 +85,13 @@ class Job:
                  batch_frames: int, height: int, width: int, logs: tuple[FaceLog, ...] = (),
                  on_frame: Callable[[int, int], None] | None = None, start_frame: int = 0,
                  fields: FieldOrder | None = None, fps: float = 25.0, span: TimeRange | None = None,
-                 chosen: frozenset[int] | None = None, restore: bool = True, whole_tracks: bool = False,
+                 chosen: frozenset[int] | None = None, paste: Paste | None = Paste(), whole_tracks: bool = False,
                  stop_frame: int | None = None) -> None:
         self.source = source
         self.serial = next(_SERIALS)  # tells this job's work from other jobs' on the workers
         self.span = span
         self.chosen = chosen
-        self.restore = restore
+        self.paste = paste
         self.origin: float | None = None  # the first frame's time, which the span counts from
         self.height, self.width = height, width
         # An interlaced video's fields travel as pictures of their own, two per frame (media.fields);
@@ -204,7 +205,7 @@ class Job:
 
         def send(pairs: list[tuple[SourceFrame, TrackedFrame]]) -> None:
             self.pool.submit(self, RestoreBatch(pairs[0][0].buffers.device, [s for s, _ in pairs],
-                                                [t for _, t in pairs], self.serial))
+                                                [t for _, t in pairs], self.serial, self.paste))
 
         def emit(done: list[TrackedFrame]) -> None:
             nonlocal batch
@@ -217,7 +218,7 @@ class Job:
                     self.slots.release()
                     continue
                 in_range = self.span is None or self.span.restores(frame_time(source) - self.origin)
-                restored = [in_range and self.restore and (self.chosen is None or face.track in self.chosen)
+                restored = [in_range and self.paste is not None and (self.chosen is None or face.track in self.chosen)
                             for face in tracked.faces]
                 for log in self.logs:
                     log.add(tracked, source.field.parity if source.field is not None else None, in_range, restored)

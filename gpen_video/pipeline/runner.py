@@ -19,6 +19,7 @@ from ..media.segments import SegmentedWriter, SegmentStore
 from ..media.writer import VideoWriter
 from ..options import RestoreOptions
 from ..progress import progress_bar
+from ..worker.messages import Paste
 from .batching import TimeRange, batch_frames
 from .choose import choose_tracks
 from .flicker import CheckedWriter, FlickerCheck
@@ -46,9 +47,9 @@ class Runner:
         with reads.open() as opened, self._writer(plan, opened) as writer:
             # After the writer, which checks the encoder settings: a wrong option must not cost a download.
             if output.kind == "sheet":
-                self.workers.pool(len(output.times))
+                self.workers.pool(len(output.times), plan.options)
             else:
-                self.workers.pool(reads.pictures.frames, plan.restore, reads.pictures)
+                self.workers.pool(reads.pictures.frames, plan.options, plan.restore, reads.pictures)
             started = time.perf_counter()
             chosen, choice, survey, startup = None, "", None, {}
             if plan.first is not None:  # a batch's bar counts the render, not the first pass
@@ -122,7 +123,7 @@ class Runner:
         is left at OUTPUT.
         ``on_frame(frames, faces)`` hears every frame written, in place of the progress bar."""
         pictures, frames = pass_.pictures, pass_.pictures.frames
-        pool = self.workers.pool(frames, restoring=pass_.restore)
+        pool = self.workers.pool(frames, options, restoring=pass_.restore)
         lowered = [w.out_of_memory for w in pool.workers]
         try:
             bar = progress_bar("restoring" if pass_.restore else "finding faces", total=frames,
@@ -146,7 +147,8 @@ class Runner:
             job = Job(pass_.source, pass_.writer, pool, pass_.tracker, batch_frames(pictures, options.batch_size),
                       pictures.height, pictures.width, logs=pass_.logs, on_frame=count, start_frame=pass_.start_frame,
                       fields=pictures.fields, fps=pictures.fps, span=span, chosen=pass_.chosen,
-                      restore=pass_.restore, whole_tracks=options.selects, stop_frame=pass_.stop_frame)
+                      paste=Paste.of(options) if pass_.restore else None, whole_tracks=options.selects,
+                      stop_frame=pass_.stop_frame)
             if pass_.restore:
                 self.workers.restoring_begins()
             try:

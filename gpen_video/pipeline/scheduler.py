@@ -220,7 +220,7 @@ class WorkerPool:
                     self._detected(worker, *detecting.popleft())
             else:
                 pending = self._queue(worker, job, "restore", task.frames,
-                                      lambda: worker.queue_restore(task.frames, task.faces(), task.clip))
+                                      lambda: worker.queue_restore(task.frames, task.faces(), task.clip, task.paste))
                 if pending is not None:
                     restoring.append((job, task.frames, pending))
                 if len(restoring) >= QUEUED_RESTORATIONS:

@@ -61,22 +61,23 @@ class Workers:
         # Figures this machine measured (see worker/speeds.py); a frame has a face or more.
         return measured(setup_key(self.options, gpus[0])).compile_pays(frames, compile_cache_warm())
 
-    def pool(self, frames: int | None, restoring: bool = True, pictures: Pictures | None = None) -> WorkerPool:
+    def pool(self, frames: int | None, job: RestoreOptions, restoring: bool = True,
+             pictures: Pictures | None = None) -> WorkerPool:
         """The workers, built on first use (compiled for the planned work, else the job's
         ``frames``), then the same for every job, unless a worker process has died: the next job
         then starts them all again. A job that restores has GPEN loaded into them (its weights
-        downloaded on first use); one that only finds faces does not. With the job's ``pictures``,
-        the workers ready their detection for them meanwhile."""
+        downloaded on first use); one that only finds faces does not. The files the job's options
+        (``job``) need are in the cache before it runs. With the job's ``pictures``, the workers
+        ready their detection for them meanwhile."""
         with self._building:
             if self._pool is not None and not self._pool.alive:
                 log.warning("a worker process has died: starting the workers again")
                 self._retire(self._pool)
                 self._pool = None
             loading = restoring and (self._pool is None or not all(w.restores for w in self._pool.workers))
-            if self._pool is None or loading:
-                # Every file the job needs, fetched before anything loads (under the lock: jobs that
-                # start at once download each file once): offline, one error names them all.
-                fetch_needed(self.options, restoring, self.progress)
+            # Every file the job needs, fetched before anything loads (under the lock: jobs that
+            # start at once download each file once): offline, one error names them all.
+            fetch_needed(job, restoring, self.progress)
             if self._pool is None:
                 # The tracker's imports (SciPy, up to a second beside the other stages' start) run
                 # while the workers start, not on the first frame's way: the first job's track

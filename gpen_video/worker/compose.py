@@ -38,15 +38,13 @@ def face_mask(size: int) -> np.ndarray:
 class Compositor:
     """Blends restored faces into frames on the frames' device (GPU or CPU alike)."""
 
-    def __init__(self, crop_size: int, device: torch.device | str = "cpu", strength: float = 1.0) -> None:
-        if not 0.0 <= strength <= 1.0:
-            raise ValueError(f"strength must be in [0, 1], got {strength}")
+    def __init__(self, crop_size: int, device: torch.device | str = "cpu") -> None:
         self.crop_size = crop_size
-        self.strength = strength
         self.mask = torch.from_numpy(face_mask(crop_size)).to(device)[None]
         self.blur = (_SMALL_FACE_KERNEL[:, None] * _SMALL_FACE_KERNEL[None]).expand(3, 1, 3, 3).to(device)
 
-    def _prepare(self, restored: torch.Tensor, sizes: np.ndarray, masks: torch.Tensor | None) -> torch.Tensor:
+    def _prepare(self, restored: torch.Tensor, sizes: np.ndarray, masks: torch.Tensor | None,
+                 strength: float) -> torch.Tensor:
         """The faces to paste, as (F, 4, S, S): RGB then mask: the feathered box, or each face's own
         within it (the box's feathered edge reaches zero inside the crop, so no seam shows where
         the crop ends; the official parse mask is up to 0.2 there), times the strength. The
@@ -58,7 +56,7 @@ class Compositor:
             blurred = F.conv2d(F.pad(restored, (1, 1, 1, 1), mode="reflect"), self.blur, groups=3)
             restored = torch.where(to_device(small, restored.device)[:, None, None, None], blurred, restored)
         mask = masks[:, None] * self.mask if masks is not None else self.mask[None].expand(len(restored), -1, -1, -1)
-        return torch.cat([restored, self.strength * mask], dim=1)
+        return torch.cat([restored, strength * mask], dim=1)
 
     def _footprints(self, crop_to_frame: np.ndarray, height: int, width: int) -> np.ndarray:
         """Frame region (x0, y0, x1, y1) each crop can reach, with a margin for the bicubic taps,
@@ -71,8 +69,8 @@ class Compositor:
         return np.concatenate([np.maximum(low, 0), np.minimum(high, [width, height])], axis=1)
 
     def paste_batch(self, frames: torch.Tensor, restored: torch.Tensor, crop_to_frame: np.ndarray,
-                    sizes: np.ndarray, owner: np.ndarray,
-                    masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    sizes: np.ndarray, owner: np.ndarray, masks: torch.Tensor | None = None,
+                    strength: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """``frames`` (N, 3, H, W), float RGB in whole levels, with face k pasted into frame
         ``owner[k]`` (where faces overlap, the larger mask wins, the earlier face on a tie), and
         the (N, H, W) bool mask of the pixels the masks reach; every other pixel keeps its exact value.
@@ -84,6 +82,8 @@ class Compositor:
         overlaps are settled for all faces at once, by a per-pixel maximum of a key that orders
         faces by mask value, then by earliness: a fixed number of kernels per chunk, not per face.
         """
+        if not 0.0 <= strength <= 1.0:
+            raise ValueError(f"strength must be in [0, 1], got {strength}")
         n, _, height, width = frames.shape
         device = frames.device
         crop_to_frame = np.asarray(crop_to_frame, dtype=np.float64).reshape(-1, 2, 3)
@@ -95,7 +95,7 @@ class Compositor:
         # order of faces across chunks does not change the result (the key ranks faces by index).
         areas = (regions[:, 2] - regions[:, 0]) * (regions[:, 3] - regions[:, 1])
         todo = todo[np.argsort(areas[todo], kind="stable")]
-        prepared = self._prepare(restored, np.asarray(sizes), masks)
+        prepared = self._prepare(restored, np.asarray(sizes), masks, strength)
         frame_to_crop = invert_affine(crop_to_frame)
         # Per pixel of the frames, the best key so far; one slot past the end takes every write
         # that must land nowhere (pixels of a chunk's padding, or of a face that lost).

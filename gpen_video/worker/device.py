@@ -26,7 +26,7 @@ from ..media.colour import pack_planes, packed_size, packed_to_frame, unpack_pla
 from ..media.frames import SourceFrame
 from ..options import RestoreOptions
 from ..transfer import Pending, to_device, to_host
-from .messages import FaceSpec, Restored
+from .messages import FaceSpec, Paste, Restored
 from .restorer import FaceRestorer
 
 
@@ -207,15 +207,16 @@ class DeviceWorker:
         return self.queue_restore(frames, faces).result()
 
     def queue_restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
-                      clip: int = 0) -> Pending[list[Restored]]:
+                      clip: int = 0, paste: Paste = Paste()) -> Pending[list[Restored]]:
         """:meth:`restore`, queued on the device: returns once the work is queued, not done.
-        ``clip`` numbers the job the frames belong to (their tracks' masks are smoothed per job)."""
-        return self.queue_restore_packed(frames, faces, clip).then(
+        ``clip`` numbers the job the frames belong to (their tracks' masks are smoothed per job),
+        ``paste`` says how its faces go back."""
+        return self.queue_restore_packed(frames, faces, clip, paste).then(
             lambda rows: [Restored(packed_to_frame(row, f.frame), len(fs)) for row, f, fs in zip(rows, frames, faces)])
 
     @torch.no_grad()
     def queue_restore_packed(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
-                             clip: int = 0) -> Pending[list[np.ndarray]]:
+                             clip: int = 0, paste: Paste = Paste()) -> Pending[list[np.ndarray]]:
         """:meth:`queue_restore`, up to each frame's new planes packed in one host buffer (the
         layout of an upload), which a worker process writes back into the frame's shared slot."""
         if self.restorer is None:
@@ -223,7 +224,7 @@ class DeviceWorker:
         groups = _groups(frames)
         resident = [self._resident([frames[i] for i in group]) for group in groups]
         image, changed = self.restorer.restore_rgb(_in_order([rgb for _, rgb in resident], groups), faces,
-                                          [f.index for f in frames], clip)
+                                          [f.index for f in frames], clip, paste)
         nonfinite = self.restorer.take_nonfinite()  # the half-precision guard's count, read back with the frames
         nonfinite = to_host(nonfinite) if nonfinite is not None else None
         downloads = []

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..faces.detect import Face, box_size
+from ..options import RestoreOptions
 
 if TYPE_CHECKING:
     import av
@@ -30,6 +31,22 @@ class FaceSpec(NamedTuple):
     landmarks: np.ndarray
     size: float
     track: int = -1
+
+
+class Paste(NamedTuple):
+    """How a job's restored faces go back into its frames: blended at ``strength`` (0..1) under
+    the feathered box, or with ``parse``, under each face's own mask from the face parser (the
+    checkpoint ``parse_weights``; None: the cached one). A job brings its own, so that one warm
+    engine restores each job, or each preview, as its options say."""
+
+    strength: float = 1.0
+    parse: bool = False
+    parse_weights: str | None = None
+
+    @classmethod
+    def of(cls, options: RestoreOptions) -> Paste:
+        weights = str(options.parse_weights) if options.parse_weights is not None else None
+        return cls(options.strength, options.mask == "parse", weights)
 
 
 @dataclass
@@ -66,7 +83,7 @@ class Worker(Protocol):
     def queue_detect(self, frames: Sequence[SourceFrame]) -> Pending[tuple[list[list[Face]], np.ndarray]]: ...
 
     def queue_restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
-                      clip: int = 0) -> Pending[list[Restored]]: ...
+                      clip: int = 0, paste: Paste = Paste()) -> Pending[list[Restored]]: ...
 
     def close(self) -> None: ...
 
@@ -124,12 +141,13 @@ class DecodingDone:
 @dataclass
 class RestoreBatch:
     """Tracked frames with faces, for a worker of the device that holds them (any when None), of
-    the job numbered ``clip``."""
+    the job numbered ``clip``, pasted back as ``paste`` says."""
 
     device: torch.device | None
     frames: list[SourceFrame]
     tracked: list[TrackedFrame]
     clip: int = 0
+    paste: Paste = Paste()
 
     def faces(self) -> list[list[FaceSpec]]:
         """Each frame's faces as the worker restores them."""

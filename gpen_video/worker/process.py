@@ -37,7 +37,7 @@ from ..media.frames import SourceFrame
 from ..options import RestoreOptions
 from ..transfer import Pending
 from .device import DeviceWorker
-from .messages import FaceSpec, Restored
+from .messages import FaceSpec, Paste, Restored
 from .shared import SharedFrames, SlotRef
 
 #: Requests the process keeps queued on its device before it answers the oldest.
@@ -140,9 +140,9 @@ class ProcessWorker:
         return Pending(future.result, _HOST)
 
     def queue_restore(self, frames: Sequence[SourceFrame], faces: Sequence[Sequence[FaceSpec]],
-                      clip: int = 0) -> Pending[list[Restored]]:
+                      clip: int = 0, paste: Paste = Paste()) -> Pending[list[Restored]]:
         refs = self._refs(frames)
-        future = self._call("restore", refs, [list(f) for f in faces], clip)
+        future = self._call("restore", refs, [list(f) for f in faces], clip, paste)
 
         def finish() -> list[Restored]:
             self.face_batch, self.out_of_memory, notes = future.result()
@@ -249,9 +249,10 @@ def serve(pipe: multiprocessing.connection.Connection, options: RestoreOptions, 
                 slots = [ref.slot.view(blocks) for ref in refs]
                 queued.append((number, kind, worker.queue_detect(_frames(refs, slots)), slots))
             elif kind == "restore":
-                refs, faces, clip = args
+                refs, faces, clip, paste = args
                 slots = [ref.slot.view(blocks) for ref in refs]
-                queued.append((number, kind, worker.queue_restore_packed(_frames(refs, slots), faces, clip), slots))
+                queued.append((number, kind, worker.queue_restore_packed(_frames(refs, slots), faces, clip, paste),
+                               slots))
             elif kind == "close":
                 while queued:
                     _answer(pipe, worker, *queued.popleft())

@@ -24,7 +24,7 @@ from ..model.graphs import GraphedModel, padded
 from ..model.precision import TOLERANCE, finite_faces, reference_face, relative_difference
 from ..options import RestoreOptions
 from .compose import Compositor
-from .messages import FaceSpec
+from .messages import FaceSpec, Paste
 from .speeds import GpenTimer, record, setup_key
 
 log = logging.getLogger(__name__)
@@ -89,12 +89,20 @@ class FaceRestorer:
             # after them (GPU batches are all padded to one shape).
             self._warming = threading.Thread(target=self._warm_up_eager, name=f"gpen-warm-up-{device}", daemon=True)
             self._warming.start()
-        self.compositor = Compositor(self.crop_size, device, options.strength)
-        # --mask parse: ParseNet on the restored faces, in GPEN's precision on a GPU.
-        self.parser = (FaceParser(options.parse_weights, device, half=self.precision != "fp32", progress=False)
-                       if options.mask == "parse" else None)
+        self.compositor = Compositor(self.crop_size, device)
+        # --mask parse: ParseNet on the restored faces, in GPEN's precision on a GPU, loaded when a
+        # job first asks for it (by its checkpoint: None, the cached one).
+        self._parsers: dict[str | None, FaceParser] = {}
+        if options.mask == "parse":
+            self._parser(Paste.of(options).parse_weights)
         self.smoother = MaskSmoother()
         self.reference = reference_points(self.crop_size)
+
+    def _parser(self, weights: str | None) -> FaceParser:
+        """The face parser of the checkpoint ``weights`` (None: the cached one), loaded on first use."""
+        if weights not in self._parsers:
+            self._parsers[weights] = FaceParser(weights, self.device, half=self.precision != "fp32", progress=False)
+        return self._parsers[weights]
 
     def close(self) -> None:
         """Wait for GPEN's warm-up, which runs in a thread of its own until the first restoration
@@ -218,21 +226,24 @@ class FaceRestorer:
 
     @torch.no_grad()
     def restore_rgb(self, frames: torch.Tensor, faces: Sequence[Sequence[FaceSpec]],
-                    indices: Sequence[int] | None = None, clip: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                    indices: Sequence[int] | None = None, clip: int = 0,
+                    paste: Paste = Paste()) -> tuple[torch.Tensor, torch.Tensor]:
         """Restore ``faces[i]`` in ``frames[i]`` ((N, 3, H, W) upright RGB on this device, whole
-        levels; ``indices`` their picture numbers, ``clip`` their job): the new frames, and the
-        (N, H, W) bool mask of the pixels the pasted faces reach."""
+        levels; ``indices`` their picture numbers, ``clip`` their job), pasted back as ``paste``
+        says: the new frames, and the (N, H, W) bool mask of the pixels the pasted faces reach.
+        At strength 0 the frames stay as they are, and GPEN does not run."""
         specs = [FaceSpec(*face) for fs in faces for face in fs]
         owner = np.array([i for i, fs in enumerate(faces) for _ in fs], dtype=np.int64)
-        if not len(owner):
+        if not len(owner) or paste.strength == 0:
             return frames, torch.zeros_like(frames[:, 0], dtype=torch.bool)
         transforms = similarity_transforms(np.stack([f.landmarks for f in specs]), self.reference)
         crops = warp_faces(frames, owner, transforms, self.crop_size)
         restored = self._gpen(crops)
         masks = None
-        if self.parser is not None:
+        if paste.parse:
             indices = indices if indices is not None else range(len(faces))
             keys = [(indices[i], f.track) for i, f in zip(owner, specs)]
-            masks = self.smoother(clip, keys, self.parser.masks(restored))
+            masks = self.smoother(clip, keys, self._parser(paste.parse_weights).masks(restored))
         sizes = np.array([f.size for f in specs])
-        return self.compositor.paste_batch(frames, restored, invert_affine(transforms), sizes, owner, masks)
+        return self.compositor.paste_batch(frames, restored, invert_affine(transforms), sizes, owner, masks,
+                                           paste.strength)
