@@ -105,7 +105,7 @@ def _help_of(spec: dataclasses.Field, choices: tuple[str, ...] | None) -> str:
     return meta["help"] + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def _add_fields(parser: argparse.ArgumentParser, groups: dict[str, argparse._ArgumentGroup], owner: type) -> None:
+def add_option_flags(parser: argparse.ArgumentParser, groups: dict[str, argparse._ArgumentGroup], owner: type) -> None:
     """One flag per field of ``owner`` (options.py), with its help, type, choices and default."""
     for spec in dataclasses.fields(owner):
         meta = spec.metadata
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gpen-video {__version__}")
     groups: dict[str, argparse._ArgumentGroup] = {}
     for owner in (RestoreOptions, JobOptions, BatchOptions):
-        _add_fields(p, groups, owner)
+        add_option_flags(p, groups, owner)
     run = groups.setdefault("output", p.add_argument_group("output"))
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     run.add_argument("--verbose", action="store_true", help="the summary also says which decoder ran, where the "

@@ -19,19 +19,25 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 uvicorn = pytest.importorskip("uvicorn", reason="the desk is an extra: pip install -e '.[ui]'")
 from PIL import Image  # noqa: E402
 
 from gpen_video.errors import UsageError  # noqa: E402
+from gpen_video.options import RestoreOptions  # noqa: E402
+from gpen_video.pipeline.engine import Engine  # noqa: E402
 from gpen_video.ui.app import create_app  # noqa: E402
+from gpen_video.ui.desk import Desk  # noqa: E402
 from gpen_video.ui.folders import Folders  # noqa: E402
 
 from .conftest import shared_file  # noqa: E402
+from .made_by_tools import ffmpeg  # noqa: E402
 
 VIDEO = "media/videos/talking_head_speech_liveportrait_d20.mp4"  # 480x480, 25 fps, 7 s
 PHOTO = "media/images/whole_two_people.jpg"
+HIKERS = "media/videos/multi_face_hikers_video_02.mp4"  # 640x480, five people walking
 
 
 def _free_port() -> int:
@@ -40,13 +46,19 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-class Desk:
+def _options(weights: Path) -> RestoreOptions:
+    """The CPU, the small GPEN and the real mobile detector."""
+    return RestoreOptions(device="cpu", weights=weights, detector="retinaface-mobile",
+                          detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth"), batch_size=4)
+
+
+class Served:
     """A desk served on a thread of this process, as ``gpen-video ui`` serves it."""
 
-    def __init__(self, folders: list[Path], host: str = "127.0.0.1", token: str | None = None) -> None:
+    def __init__(self, folders: list[Path], weights: Path, host: str = "127.0.0.1", token: str | None = None) -> None:
         self.port = _free_port()
-        config = uvicorn.Config(create_app(Folders.of(folders), host, token), host=host, port=self.port,
-                                log_level="warning")
+        config = uvicorn.Config(create_app(Desk(Folders.of(folders), _options(weights)), host, token), host=host,
+                                port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -55,10 +67,10 @@ class Desk:
             assert time.monotonic() < deadline, "the desk did not start"
             time.sleep(0.05)
 
-    def get(self, path: str, **query: str) -> tuple[int, bytes, dict]:
+    def get(self, path: str, method: str = "GET", **query: str) -> tuple[int, bytes, dict]:
         url = f"http://127.0.0.1:{self.port}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
-            with urllib.request.urlopen(url, timeout=60) as response:
+            with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=120) as response:
                 return response.status, response.read(), dict(response.headers)
         except urllib.error.HTTPError as refused:
             return refused.code, refused.read(), dict(refused.headers)
@@ -76,6 +88,7 @@ def folder(tmp_path: Path) -> Path:
     (root / "stills").mkdir(parents=True)
     (root / ".work").mkdir()
     shutil.copy(shared_file(VIDEO), root / "talk.mp4")
+    ffmpeg("-i", shared_file(HIKERS), "-t", "3", "-c", "copy", root / "hikers.mp4")
     shutil.copy(shared_file(PHOTO), root / "stills" / "two.jpg")
     (root / "broken.mov").write_bytes(b"not a video at all")
     shutil.copy(shared_file(VIDEO), root / ".work" / "partial.mp4")
@@ -83,8 +96,8 @@ def folder(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def desk(folder: Path) -> Iterator[Desk]:
-    served = Desk([folder])
+def desk(folder: Path, small_gpen: Path) -> Iterator[Served]:
+    served = Served([folder], small_gpen)
     yield served
     served.close()
 
@@ -93,7 +106,7 @@ def test_the_library_lists_each_video_and_photo_with_what_an_editor_needs(desk):
     status, body, headers = desk.get("/api/library")
     assert status == 200 and headers["content-type"] == "application/json"
     files = {f["name"]: f for f in json.loads(body)["files"]}
-    assert sorted(files) == ["0/broken.mov", "0/stills/two.jpg", "0/talk.mp4"]  # hidden folders left out
+    assert sorted(files) == ["0/broken.mov", "0/hikers.mp4", "0/stills/two.jpg", "0/talk.mp4"]  # hidden ones left out
     talk = files["0/talk.mp4"]
     assert (talk["kind"], talk["width"], talk["height"]) == ("video", 480, 480)
     assert talk["frames"] == 175 and abs(talk["seconds"] - 7.0) < 0.1
@@ -130,8 +143,8 @@ def test_paths_that_leave_the_folders_are_refused(desk, folder, name):
     assert "0/link.mp4" not in [f["name"] for f in json.loads(desk.get("/api/library")[1])["files"]]
 
 
-def test_a_desk_beyond_loopback_asks_every_request_for_its_token(folder):
-    served = Desk([folder], host="0.0.0.0", token="secret-token")
+def test_a_desk_beyond_loopback_asks_every_request_for_its_token(folder, small_gpen):
+    served = Served([folder], small_gpen, host="0.0.0.0", token="secret-token")
     try:
         for path in ("/", "/api/library", "/static/desk.js"):
             status, body, _ = served.get(path)
@@ -142,7 +155,7 @@ def test_a_desk_beyond_loopback_asks_every_request_for_its_token(folder):
     finally:
         served.close()
     with pytest.raises(ValueError, match="token"):
-        create_app(Folders.of([folder]), "0.0.0.0")
+        create_app(Desk(Folders.of([folder]), _options(small_gpen)), "0.0.0.0")
 
 
 def test_the_page_and_its_files_are_served_without_anything_from_the_internet(desk):
@@ -161,3 +174,87 @@ def test_a_folder_that_does_not_exist_is_one_line(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert run.stderr.strip() == f"gpen-video: error: not a folder: {tmp_path / 'missing'}"
+
+
+def _surveyed(desk: Served, name: str) -> dict:
+    """The clip's survey, started and followed to its end as the page follows it."""
+    status, body, _ = desk.get("/api/survey", method="POST", file=name)
+    assert status == 200, body
+    deadline = time.monotonic() + 300
+    while (survey := json.loads(desk.get("/api/survey", file=name)[1]))["state"] == "running":
+        assert time.monotonic() < deadline, "the survey did not end"
+        assert survey["done"] <= survey["total"]
+        time.sleep(0.2)
+    return survey
+
+
+def _rgb(desk: Served, url: str) -> np.ndarray:
+    status, body, headers = desk.get(url.split("?")[0], **dict(urllib.parse.parse_qsl(url.split("?")[1])))
+    assert status == 200 and headers["content-type"] == "image/png"
+    with Image.open(io.BytesIO(body)) as picture:
+        return np.asarray(picture.convert("RGB"))
+
+
+def test_the_survey_shows_every_track_the_command_line_finds_as_a_card(desk, folder, small_gpen):
+    survey = _surveyed(desk, "0/hikers.mp4")
+    assert survey["state"] == "done" and survey["done"] == survey["total"] and survey["error"] is None
+    with Engine(_options(small_gpen), progress=False) as engine:
+        found = engine.find_faces(folder / "hikers.mp4").tracks_found
+    cards = {card["track"]: card for card in survey["tracks"]}
+    assert {track: card["frames"] for track, card in cards.items()} == dict(found.frames)  # the CLI's ids
+    assert len(cards) >= 3
+    for track, card in cards.items():
+        assert (card["first"], card["last"]) == pytest.approx(found.seen[track], abs=1e-6)
+        assert card["first"] <= card["best_time"] <= card["last"]
+        status, body, headers = desk.get("/api/face", file="0/hikers.mp4", track=str(track))
+        assert status == 200 and headers["content-type"] == "image/jpeg"
+        with Image.open(io.BytesIO(body)) as face:
+            assert face.size == (224, 224)
+    assert set(survey["picks"]["all"]) == set(cards)
+    assert survey["picks"]["largest"] and set(survey["picks"]["largest"]) <= set(cards)
+    assert desk.get("/api/face", file="0/hikers.mp4", track="999")[0] == 404
+    status, body, _ = desk.get("/api/survey", method="POST", file="0/stills/two.jpg")
+    assert status == 400 and "photo" in json.loads(body)["error"]
+
+
+def test_a_preview_restores_only_the_chosen_track_as_the_editor_sets_it(desk):
+    survey = _surveyed(desk, "0/hikers.mp4")
+    track = max(survey["tracks"], key=lambda card: card["frames"])
+    at = (track["first"] + track["last"]) / 2
+
+    def preview(**settings: str) -> tuple[dict, np.ndarray, np.ndarray]:
+        status, body, _ = desk.get("/api/still", file="0/hikers.mp4", time=str(at), **settings)
+        assert status == 200, body
+        shown = json.loads(body)
+        return shown, _rgb(desk, shown["decoded"]), _rgb(desk, shown["restored"])
+
+    shown, decoded, restored = preview(tracks=str(track["track"]))
+    assert shown["time"] >= at - 1e-6 and (shown["width"], shown["height"]) == (640, 480)
+    faces = {face["track"]: face for face in shown["faces"]}
+    assert faces[str(track["track"])]["restored"] and not any(
+        face["restored"] for name, face in faces.items() if name != str(track["track"]))
+    changed = (decoded != restored).any(axis=2)
+    x0, y0, x1, y1 = faces[str(track["track"])]["box"]
+    reach = np.zeros_like(changed)
+    grow = max(x1 - x0, y1 - y0)  # the aligned crop reaches about twice the box around it
+    reach[max(0, int(y0 - grow)):int(y1 + grow), max(0, int(x0 - grow)):int(x1 + grow)] = True
+    assert changed.sum() > 100 and not (changed & ~reach).any()
+    _, decoded_again, unchanged = preview(tracks=str(track["track"]), strength="0")
+    assert (decoded_again == decoded).all() and (unchanged == decoded).all()
+    _, _, half = preview(tracks=str(track["track"]), strength="0.5")
+    luma = np.array([0.299, 0.587, 0.114])  # per pixel: the frames' chroma is shared by pixel pairs
+    assert np.abs(half @ luma - (decoded @ luma + restored @ luma) / 2).max() <= 3  # each step rounds
+    _, _, unsmoothed = preview(tracks=str(track["track"]), smooth="0")
+    assert (unsmoothed != restored).any()  # the landmarks as detected: another crop
+    _, _, everyone = preview(tracks="all")
+    assert (everyone != decoded).any(axis=2).sum() > changed.sum()
+
+
+def test_a_preview_with_a_wrong_setting_is_one_line(desk):
+    for settings, expected in (({"strength": "3"}, "--strength"), ({"mask": "oval"}, "--mask"),
+                               ({"tracks": "a,b"}, "tracks"), ({"time": "soon"}, "seconds")):
+        status, body, _ = desk.get("/api/still", file="0/hikers.mp4", **settings)
+        error = json.loads(body)["error"]
+        assert status == 400 and expected in error and "\n" not in error, error
+    assert desk.get("/api/still", file="0/../../x.mp4")[0] == 404
+    assert desk.get("/api/picture", key="999", view="restored")[0] == 404

@@ -10,6 +10,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -34,6 +35,16 @@ class TrackedFace:
     landmarks_raw: np.ndarray  # (5, 2) as detected (or interpolated)
     landmarks: np.ndarray  # (5, 2) smoothed over time
     interpolated: bool
+
+
+class Detections(NamedTuple):
+    """What the tracker is given for one picture: its index and time, its faces as detected and
+    its scene thumbnail."""
+
+    index: int
+    time: float
+    faces: list[Face]
+    thumbnail: np.ndarray
 
 
 @dataclass
@@ -180,13 +191,17 @@ class FaceTracker:
     above the largest frame-to-frame change in the test videos (13, handheld), except whip pans of
     the phone selfie (up to 70, where a split track costs little), and below the smallest
     difference between two of them (38).
+
+    With ``recording``, every push's arguments are appended to it: the clip's detections, which
+    :meth:`replay` tracks again with another smoothing without detecting again.
     """
 
     def __init__(self, smooth: float = DEFAULT_SMOOTH, max_gap: int = 5, max_distance: float = 1.5,
-                 min_iou: float = 0.1,
-                 cut_threshold: float = 25.0) -> None:
+                 min_iou: float = 0.1, cut_threshold: float = 25.0,
+                 recording: list[Detections] | None = None) -> None:
         if smooth < 0 or max_gap < 0:
             raise ValueError("smooth and max_gap must not be negative")
+        self.recording = recording
         self.smooth = smooth
         self.max_gap = max_gap
         self.max_distance = max_distance
@@ -221,6 +236,8 @@ class FaceTracker:
 
     def push(self, index: int, time: float, faces: list[Face], thumbnail: np.ndarray) -> list[TrackedFrame]:
         """Add the next frame (its detections and its :func:`scene_thumbnails`); returns the frames now final."""
+        if self.recording is not None:
+            self.recording.append(Detections(index, time, faces, thumbnail))
         if self._cuts.is_cut(thumbnail):
             self._tracks = []
         frame = _PendingFrame(self._seq, index, time, self._next_clock(time))
@@ -233,6 +250,12 @@ class FaceTracker:
         """The frames still held back, at the end of the video; later pushes start new tracks."""
         self._tracks = []
         return self._emit(lambda pending: True)
+
+    def replay(self, recorded: Iterable[Detections]) -> list[TrackedFrame]:
+        """Every frame of a clip whose detections a tracker recorded, tracked by this one: the
+        same track ids as the recording run, whatever the smoothing."""
+        tracked = [frame for detections in recorded for frame in self.push(*detections)]
+        return tracked + self.flush()
 
     def _next_clock(self, time: float) -> float:
         """The frame's time, kept strictly increasing (repeated or missing timestamps advance by the

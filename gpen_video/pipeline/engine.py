@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..faces.track import Detections, TrackedFrame
 from ..media.segments import SegmentUnit
+from ..media.sheet import Panel
+from ..media.video_input import VideoInput
 from ..options import JobOptions, RestoreOptions, job_options
 from .plan import Plan
+from .preview import still
 from .runner import FrameCallback, Runner
 from .summary import Summary
 from .workers import Workers
@@ -110,13 +114,28 @@ class Engine:
         return self.runner.execute(plan, on_frame)
 
     def find_faces(self, input: str | Path, tracks_out: str | Path | None = None,
-                   on_frame: FrameCallback | None = None, options: RestoreOptions | None = None) -> Summary:
+                   on_frame: FrameCallback | None = None, options: RestoreOptions | None = None,
+                   recording: list[Detections] | None = None) -> Summary:
         """``--detect-only``: detect and track the faces of ``input`` (a video or photo), without
         GPEN and without writing a picture; the summary's ``tracks_found`` lists the tracks, and
         ``tracks_out`` (if given) gets the tracks file. The track ids are those a restoration with
-        the same detection options numbers (``--tracks`` takes them)."""
-        plan = Plan.for_find(input, tracks_out, job_options(self.options, options), self.decoding_gpu)
+        the same detection options numbers (``--tracks`` takes them). ``recording`` (if given)
+        gets every picture's detections, which ``FaceTracker.replay`` tracks again with any
+        smoothing."""
+        plan = Plan.for_find(input, tracks_out, job_options(self.options, options), self.decoding_gpu, recording)
         return self.runner.execute(plan, on_frame)
+
+    def still(self, input: str | Path, time: float, tracked: list[TrackedFrame] | None = None,
+              chosen: frozenset[int] | None = None, options: RestoreOptions | None = None) -> Panel:
+        """The frame of ``input`` (a video) at ``time`` (seconds of its clock; the first frame at or
+        after it), decoded beside restored, in seconds: the desk's preview. ``tracked`` (a clip's
+        frames as ``FaceTracker.replay`` tracks its recorded detections) gives the frame its
+        faces as a render of the whole clip tracks and smooths them, with its track ids; without
+        it they are detected on the frame alone. The ``chosen`` tracks (None: all) are restored."""
+        options = job_options(self.options, options)
+        video = VideoInput.for_job(Path(input), options, self.decoding_gpu)
+        known = {frame.time: frame for frame in tracked} if tracked is not None else None
+        return still(video, time, known, chosen, lambda one: self.runner.run(one, options, lambda done, found: None))
 
     def preview(self, input: str | Path, output: str | Path, panels: int, overwrite: bool = False,
                 on_frame: FrameCallback | None = None, options: RestoreOptions | None = None) -> Summary:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from ..errors import UsageError
 from ..faces.select import KnownTracks
-from ..faces.track import FaceTracker
+from ..faces.track import Detections, FaceTracker
 from ..media.containers import CONTAINERS
 from ..media.demux import SeekPoint
 from ..media.images import IMAGE_EXTENSIONS, Photo, read_image
@@ -64,9 +64,9 @@ class Plan:
     says which frames are decoded and written (a resumed job writes from its first unfinished
     segment, which only the work directory knows when the job runs). ``first``, where
     ``--faces`` or ``--tracks`` choose the tracks, is the plan of the pass over the whole clip that
-    finds them before. ``tracks_out`` gets the tracks file; ``qc`` measures each track's flicker.
-    ``options`` are the job's own: an engine runs jobs of other options than its own, within
-    what its workers keep (``ENGINE_FIELDS``)."""
+    finds them before. ``tracks_out`` gets the tracks file; ``qc`` measures each track's flicker;
+    ``recording`` gets every picture's detections. ``options`` are the job's own: an engine
+    runs jobs of other options than its own, within what its workers keep (``ENGINE_FIELDS``)."""
 
     reads: VideoInput | Photo
     output: Output
@@ -78,6 +78,7 @@ class Plan:
     ranged: bool = True
     tracks_out: Path | None = None
     qc: bool = False
+    recording: list[Detections] | None = None
 
     @staticmethod
     def for_job(input: str | Path, output: str | Path | None, job: JobOptions, options: RestoreOptions,
@@ -135,9 +136,10 @@ class Plan:
 
     @staticmethod
     def for_find(input: str | Path, tracks_out: str | Path | None, options: RestoreOptions,
-                 gpu: int | None) -> Plan:
+                 gpu: int | None, recording: list[Detections] | None = None) -> Plan:
         """``--detect-only``: the faces of a video or photo detected and tracked, without GPEN
-        and without writing a picture; ``tracks_out`` (if given) gets the tracks file."""
+        and without writing a picture; ``tracks_out`` (if given) gets the tracks file, and
+        ``recording`` (if given) every picture's detections, to track again."""
         input = Path(input)
         tracks_out = Path(tracks_out) if tracks_out is not None else None
         if tracks_out is not None and not tracks_out.resolve().parent.is_dir():
@@ -145,9 +147,10 @@ class Plan:
         output = Output("nothing", tracks_out or input)
         if input.suffix.lower() in IMAGE_EXTENSIONS:
             _refuse_range(input, options)
-            return Plan(read_image(input), output, options, 0.0, restore=False, ranged=False, tracks_out=tracks_out)
+            return Plan(read_image(input), output, options, 0.0, restore=False, ranged=False, tracks_out=tracks_out,
+                        recording=recording)
         return Plan(VideoInput.for_job(input, options, gpu), output, options, options.smooth, restore=False,
-                    tracks_out=tracks_out)
+                    tracks_out=tracks_out, recording=recording)
 
     @staticmethod
     def for_sheet(input: str | Path, output: str | Path, panels: int, overwrite: bool,

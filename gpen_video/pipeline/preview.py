@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 
 from ..faces.select import KnownTracks, TrackSurvey
-from ..faces.track import FaceTracker
+from ..faces.track import FaceTracker, TrackedFrame
+from ..media.frames import SourceFrame
 from ..media.images import ImageWriter, photo_source
 from ..media.seek import SeekReport
-from ..media.sheet import PanelCapture, contact_sheet
+from ..media.sheet import Panel, PanelCapture, contact_sheet
 from ..media.video_input import VideoInput
 from .interfaces import Writer
 from .plan import Pass, Plan
@@ -26,18 +27,36 @@ def sheet(plan: Plan, writer: Writer, chosen: frozenset[int] | None, survey: Tra
     them, and the frames are restored and labelled with them. ``started`` is when the job began."""
     video = plan.reads
     assert isinstance(video, VideoInput) and isinstance(writer, ImageWriter)  # what a sheet's plan reads and writes
-    one = dataclasses.replace(video.pictures, frames=1)
     seek = SeekReport()
     rows = []
     startup: dict[str, float] = {}  # where the workers' start went, if in one of the passes
     for frame in video.frames_at(list(plan.output.times), seek):
-        capture = PanelCapture(frame, labelled=survey is not None)
-        tracker = KnownTracks(survey.kept) if survey is not None else FaceTracker(smooth=0)
-        startup |= run(Pass(photo_source(frame), capture, one, tracker, (capture,), chosen=chosen,
-                            ranged=False)).startup
-        rows.append(capture.panel())
+        panel, summary = _restored_alone(video, frame, survey.kept if survey is not None else None, chosen, run)
+        startup |= summary.startup
+        rows.append(panel)
     writer.write_rgb(contact_sheet(rows, f"{video.path.name}: as decoded, faces boxed"))
     writer.close()
     faces = sum(box.restored for row in rows for box in row.boxes)
     return Summary(writer.output, seek.decoded, faces, sum(any(b.restored for b in r.boxes) for r in rows),
                    time.perf_counter() - started, startup=startup, panels=len(rows))
+
+
+def still(video: VideoInput, time: float, tracked: dict[float, TrackedFrame] | None, chosen: frozenset[int] | None,
+          run: Callable[[Pass], Summary]) -> Panel:
+    """The frame of ``video`` at ``time`` (the first at or after it), decoded beside restored
+    through ``run``, as the desk shows it; its faces as ``tracked`` (see :func:`_restored_alone`)."""
+    (frame,) = video.frames_at([time], SeekReport())
+    return _restored_alone(video, frame, tracked, chosen, run)[0]
+
+
+def _restored_alone(video: VideoInput, frame: SourceFrame, tracked: dict[float, TrackedFrame] | None,
+                    chosen: frozenset[int] | None, run: Callable[[Pass], Summary]) -> tuple[Panel, Summary]:
+    """``frame`` restored in a pass of its own, as a photo (an interlaced frame as its two
+    fields): its faces as ``tracked`` gives them by time (a pass over the whole clip: whole-clip
+    track ids and smoothed landmarks, labelled on the panel), else as detected on it alone;
+    the ``chosen`` tracks' (None: all)."""
+    one = dataclasses.replace(video.pictures, frames=1)
+    capture = PanelCapture(frame, labelled=tracked is not None)
+    tracker = KnownTracks(tracked) if tracked is not None else FaceTracker(smooth=0)
+    summary = run(Pass(photo_source(frame), capture, one, tracker, (capture,), chosen=chosen, ranged=False))
+    return capture.panel(), summary

@@ -106,8 +106,8 @@ class Runner:
             writer, logs = CheckedWriter(writer, check), [*logs, check]
 
         summary = self.run(Pass(lambda streams: reads.frames(opened, streams, frames.seek, frames.end), writer,
-                                reads.pictures, FaceTracker(smooth=plan.smooth), tuple(logs), start, frames.stop,
-                                chosen, plan.restore, plan.ranged), options, on_frame)
+                                reads.pictures, FaceTracker(smooth=plan.smooth, recording=plan.recording),
+                                tuple(logs), start, frames.stop, chosen, plan.restore, plan.ranged), options, on_frame)
         summary.resumed_at = start if output.resume else 0
         summary.truncated, summary.decoder, summary.tracks_found = reads.truncated, reads.describe(), survey
         if check is not None:

@@ -1,10 +1,13 @@
-"""The desk's HTTP face: the page, its files, and a JSON API over the library. Bound to the
-loopback address it serves whoever can reach it there, as a local tool does; bound to any other
-address, every request must carry the token printed at start (``?token=`` once, then a cookie)."""
+"""The desk's HTTP face: the page, its files, and a JSON API over the library, the surveys and
+the previews. Bound to the loopback address it serves whoever can reach it there, as a local
+tool does; bound to any other address, every request must carry the token printed at start
+(``?token=`` once, then a cookie)."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import GpenVideoError, OutsideFolders, error_line
-from .folders import Folders
+from .desk import Desk, parse_tracks
 from .library import Library
 
 TOKEN_COOKIE = "gpen_video_token"
@@ -48,10 +51,19 @@ def _error(exc: GpenVideoError) -> JSONResponse:
     return JSONResponse({"error": error_line(exc)}, status_code=status)
 
 
-def create_app(folders: Folders, host: str, token: str | None = None) -> Starlette:
-    """The desk over ``folders``; bound to ``host``, which decides whether ``token`` is asked for.
-    Its handlers read files, so they are plain functions, which Starlette runs on its threads."""
+def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
+    """The page over ``desk``; bound to ``host``, which decides whether ``token`` is asked for.
+    Its handlers read files and wait for the engine, so they are plain functions, which
+    Starlette runs on its threads."""
+    folders = desk.folders
     library = Library(folders)
+
+    def file_of(request: Request) -> Path:
+        name = request.query_params.get("file", "")
+        path = folders.resolve(name)
+        if not path.is_file():
+            raise OutsideFolders(f"no such file in the desk's folders: {name}")
+        return path
 
     def index(request: Request) -> Response:
         return FileResponse(_static() / "index.html")
@@ -62,21 +74,74 @@ def create_app(folders: Folders, host: str, token: str | None = None) -> Starlet
 
     def thumbnail(request: Request) -> Response:
         try:
-            path = folders.resolve(request.query_params.get("file", ""))
-            if not path.is_file():
-                raise OutsideFolders(f"no such file in the desk's folders: {request.query_params.get('file')}")
-            data = library.thumbnail(path)
+            data = library.thumbnail(file_of(request))
         except GpenVideoError as exc:
             return _error(exc)
         return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-cache"})
+
+    def survey(request: Request) -> Response:
+        """GET: the clip's survey (404 before one is started); POST: start it (or find it started)."""
+        try:
+            path = file_of(request)
+            found = desk.survey(path, start=request.method == "POST")
+        except GpenVideoError as exc:
+            return _error(exc)
+        if found is None:
+            return JSONResponse({"error": "no survey of this clip yet"}, status_code=404)
+        return JSONResponse(found.as_json(folders.name_of(path)))
+
+    def face(request: Request) -> Response:
+        try:
+            found = desk.survey(file_of(request))
+            track = int(request.query_params.get("track", ""))
+            if found is None:
+                raise KeyError(track)
+            return Response(found.face_picture(track), media_type="image/jpeg")
+        except GpenVideoError as exc:
+            return _error(exc)
+        except (KeyError, ValueError):
+            return JSONResponse({"error": "no such track in the clip's survey"}, status_code=404)
+
+    def still(request: Request) -> Response:
+        """The frame at ``time`` restored with the page's options; the JSON names its two pictures."""
+        query = request.query_params
+        try:
+            time = float(query.get("time", "0"))
+        except ValueError:
+            return JSONResponse({"error": "time is a number of seconds"}, status_code=400)
+        try:
+            path = file_of(request)
+            options = desk.options_for(query.get("strength", "1"), query.get("mask", "box"), query.get("smooth", "1"))
+            key, panel = desk.still(path, time, parse_tracks(query.get("tracks", "all")), options)
+        except GpenVideoError as exc:
+            return _error(exc)
+        height, width = panel.original.shape[:2]
+        return JSONResponse({"time": panel.time, "width": width, "height": height,
+                             "faces": [{"box": [round(float(v), 1) for v in box.box], "track": box.label,
+                                        "restored": box.restored} for box in panel.boxes],
+                             "decoded": f"/api/picture?key={key}&view=decoded",
+                             "restored": f"/api/picture?key={key}&view=restored"})
+
+    def picture(request: Request) -> Response:
+        try:
+            data = desk.picture(request.query_params.get("key", ""), request.query_params.get("view", ""))
+        except KeyError:
+            return JSONResponse({"error": "that preview is no longer kept; ask for it again"}, status_code=404)
+        return Response(data, media_type="image/png")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        desk.close()
 
     middleware = [] if host in LOOPBACK else [Middleware(TokenRequired, token=token or "")]
     if host not in LOOPBACK and not token:
         raise ValueError("a desk bound beyond the loopback address needs a token")
     return Starlette(routes=[Route("/", index), Route("/api/library", list_library),
-                             Route("/api/thumbnail", thumbnail),
+                             Route("/api/thumbnail", thumbnail), Route("/api/survey", survey, methods=["GET", "POST"]),
+                             Route("/api/face", face), Route("/api/still", still), Route("/api/picture", picture),
                              Mount("/static", StaticFiles(directory=_static()), name="static")],
-                     middleware=middleware)
+                     middleware=middleware, lifespan=lifespan)
 
 
 def _static() -> Path:
