@@ -26,14 +26,16 @@ uvicorn = pytest.importorskip("uvicorn", reason="the desk is an extra: pip insta
 from PIL import Image  # noqa: E402
 
 from gpen_video.errors import UsageError  # noqa: E402
-from gpen_video.options import RestoreOptions  # noqa: E402
+from gpen_video.options import JobOptions, RestoreOptions  # noqa: E402
 from gpen_video.pipeline.engine import Engine  # noqa: E402
+from gpen_video.ui import queue as render_queue  # noqa: E402
 from gpen_video.ui.app import create_app  # noqa: E402
 from gpen_video.ui.desk import Desk  # noqa: E402
 from gpen_video.ui.folders import Folders  # noqa: E402
 
-from .conftest import shared_file  # noqa: E402
+from .conftest import SMALL_GPEN_SIZE, decoded_planes, paste_region, plane_region, shared_file  # noqa: E402
 from .made_by_tools import ffmpeg  # noqa: E402
+from .test_pipeline import _frame_times, _packets  # noqa: E402
 
 VIDEO = "media/videos/talking_head_speech_liveportrait_d20.mp4"  # 480x480, 25 fps, 7 s
 PHOTO = "media/images/whole_two_people.jpg"
@@ -47,9 +49,18 @@ def _free_port() -> int:
 
 
 def _options(weights: Path) -> RestoreOptions:
-    """The CPU, the small GPEN and the real mobile detector."""
+    """The CPU, the small GPEN and the real mobile detector; FFV1, so that outputs compare sample for sample."""
     return RestoreOptions(device="cpu", weights=weights, detector="retinaface-mobile",
-                          detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth"), batch_size=4)
+                          detector_weights=shared_file("weights/retinaface_mobilenet0.25.pth"), batch_size=4,
+                          codec="ffv1")
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch) -> Path:
+    """The desk's queue lives under GPEN_VIDEO_HOME: one of the test's own."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("GPEN_VIDEO_HOME", str(path))
+    return path
 
 
 class Served:
@@ -88,7 +99,7 @@ def folder(tmp_path: Path) -> Path:
     (root / "stills").mkdir(parents=True)
     (root / ".work").mkdir()
     shutil.copy(shared_file(VIDEO), root / "talk.mp4")
-    ffmpeg("-i", shared_file(HIKERS), "-t", "3", "-c", "copy", root / "hikers.mp4")
+    ffmpeg("-i", shared_file(HIKERS), "-t", "3", "-c", "copy", root / "hikers.mkv")
     shutil.copy(shared_file(PHOTO), root / "stills" / "two.jpg")
     (root / "broken.mov").write_bytes(b"not a video at all")
     shutil.copy(shared_file(VIDEO), root / ".work" / "partial.mp4")
@@ -106,7 +117,7 @@ def test_the_library_lists_each_video_and_photo_with_what_an_editor_needs(desk):
     status, body, headers = desk.get("/api/library")
     assert status == 200 and headers["content-type"] == "application/json"
     files = {f["name"]: f for f in json.loads(body)["files"]}
-    assert sorted(files) == ["0/broken.mov", "0/hikers.mp4", "0/stills/two.jpg", "0/talk.mp4"]  # hidden ones left out
+    assert sorted(files) == ["0/broken.mov", "0/hikers.mkv", "0/stills/two.jpg", "0/talk.mp4"]  # not hidden ones
     talk = files["0/talk.mp4"]
     assert (talk["kind"], talk["width"], talk["height"]) == ("video", 480, 480)
     assert talk["frames"] == 175 and abs(talk["seconds"] - 7.0) < 0.1
@@ -183,7 +194,6 @@ def _surveyed(desk: Served, name: str) -> dict:
     deadline = time.monotonic() + 300
     while (survey := json.loads(desk.get("/api/survey", file=name)[1]))["state"] == "running":
         assert time.monotonic() < deadline, "the survey did not end"
-        assert survey["done"] <= survey["total"]
         time.sleep(0.2)
     return survey
 
@@ -196,34 +206,34 @@ def _rgb(desk: Served, url: str) -> np.ndarray:
 
 
 def test_the_survey_shows_every_track_the_command_line_finds_as_a_card(desk, folder, small_gpen):
-    survey = _surveyed(desk, "0/hikers.mp4")
+    survey = _surveyed(desk, "0/hikers.mkv")
     assert survey["state"] == "done" and survey["done"] == survey["total"] and survey["error"] is None
     with Engine(_options(small_gpen), progress=False) as engine:
-        found = engine.find_faces(folder / "hikers.mp4").tracks_found
+        found = engine.find_faces(folder / "hikers.mkv").tracks_found
     cards = {card["track"]: card for card in survey["tracks"]}
     assert {track: card["frames"] for track, card in cards.items()} == dict(found.frames)  # the CLI's ids
     assert len(cards) >= 3
     for track, card in cards.items():
         assert (card["first"], card["last"]) == pytest.approx(found.seen[track], abs=1e-6)
         assert card["first"] <= card["best_time"] <= card["last"]
-        status, body, headers = desk.get("/api/face", file="0/hikers.mp4", track=str(track))
+        status, body, headers = desk.get("/api/face", file="0/hikers.mkv", track=str(track))
         assert status == 200 and headers["content-type"] == "image/jpeg"
         with Image.open(io.BytesIO(body)) as face:
             assert face.size == (224, 224)
     assert set(survey["picks"]["all"]) == set(cards)
     assert survey["picks"]["largest"] and set(survey["picks"]["largest"]) <= set(cards)
-    assert desk.get("/api/face", file="0/hikers.mp4", track="999")[0] == 404
+    assert desk.get("/api/face", file="0/hikers.mkv", track="999")[0] == 404
     status, body, _ = desk.get("/api/survey", method="POST", file="0/stills/two.jpg")
     assert status == 400 and "photo" in json.loads(body)["error"]
 
 
 def test_a_preview_restores_only_the_chosen_track_as_the_editor_sets_it(desk):
-    survey = _surveyed(desk, "0/hikers.mp4")
+    survey = _surveyed(desk, "0/hikers.mkv")
     track = max(survey["tracks"], key=lambda card: card["frames"])
     at = (track["first"] + track["last"]) / 2
 
     def preview(**settings: str) -> tuple[dict, np.ndarray, np.ndarray]:
-        status, body, _ = desk.get("/api/still", file="0/hikers.mp4", time=str(at), **settings)
+        status, body, _ = desk.get("/api/still", file="0/hikers.mkv", time=str(at), **settings)
         assert status == 200, body
         shown = json.loads(body)
         return shown, _rgb(desk, shown["decoded"]), _rgb(desk, shown["restored"])
@@ -253,8 +263,78 @@ def test_a_preview_restores_only_the_chosen_track_as_the_editor_sets_it(desk):
 def test_a_preview_with_a_wrong_setting_is_one_line(desk):
     for settings, expected in (({"strength": "3"}, "--strength"), ({"mask": "oval"}, "--mask"),
                                ({"tracks": "a,b"}, "tracks"), ({"time": "soon"}, "seconds")):
-        status, body, _ = desk.get("/api/still", file="0/hikers.mp4", **settings)
+        status, body, _ = desk.get("/api/still", file="0/hikers.mkv", **settings)
         error = json.loads(body)["error"]
         assert status == 400 and expected in error and "\n" not in error, error
     assert desk.get("/api/still", file="0/../../x.mp4")[0] == 404
     assert desk.get("/api/picture", key="999", view="restored")[0] == 404
+
+
+def _rendered(desk: Served, number: int) -> dict:
+    """The render ``number`` followed to its end, as the page follows the queue."""
+    deadline = time.monotonic() + 300
+    while True:
+        render = next(r for r in json.loads(desk.get("/api/renders")[1])["renders"] if r["id"] == number)
+        if render["state"] not in ("queued", "running"):
+            return render
+        assert time.monotonic() < deadline, "the render did not end"
+        time.sleep(0.2)
+
+
+def test_a_render_from_the_desk_keeps_the_clip_and_restores_only_the_chosen_track_in_the_range(
+        desk, folder, small_gpen, tmp_path):
+    survey = _surveyed(desk, "0/hikers.mkv")
+    track = max(survey["tracks"], key=lambda card: card["frames"])["track"]
+    start, end = 1.0, 2.0
+    status, body, _ = desk.get("/api/render", method="POST", file="0/hikers.mkv", tracks=str(track),
+                               start=str(start), end=str(end))
+    assert status == 200, body
+    render = _rendered(desk, json.loads(body)["id"])
+    assert render["state"] == "done" and render["error"] is None, render
+    assert render["output"] == "0/hikers.restored.mkv" and render["plays"] is False  # Matroska: no browser plays it
+    clip, output = folder / "hikers.mkv", folder / "hikers.restored.mkv"
+    assert _frame_times(output) == _frame_times(clip) and render["frames"] == len(_frame_times(clip))
+    assert _packets(output, "audio") == _packets(clip, "audio") and _packets(clip, "audio")
+    listed = tmp_path / "tracks.json"  # where the command line says each face is
+    with Engine(_options(small_gpen), progress=False) as engine:
+        engine.find_faces(clip, tracks_out=listed)
+    records = json.loads(listed.read_text())["frames"]
+    changed_frames = 0
+    for record, before, after in zip(records, decoded_planes(clip), decoded_planes(output), strict=True):
+        inside = start + 0.05 < record["time"] < end - 0.05
+        faces = [face for face in record["faces"] if face["track"] == track] if inside else []
+        if not inside and start - 0.05 < record["time"] < end + 0.05:
+            continue  # at the range's edges
+        region = paste_region(faces, SMALL_GPEN_SIZE, *before[0].shape)
+        for plane_in, plane_out in zip(before, after):
+            outside = ~plane_region(region, plane_in)
+            np.testing.assert_array_equal(plane_out[outside], plane_in[outside], f"frame {record['index']}")
+        changed_frames += bool(faces)
+    assert changed_frames >= 20
+    status, body, headers = desk.get("/api/media", file="0/hikers.restored.mkv")
+    assert status == 200 and body == output.read_bytes()
+
+
+def test_the_queue_outlives_the_desk_and_a_cut_off_render_goes_on_from_its_last_segment(
+        folder, small_gpen, monkeypatch):
+    monkeypatch.setattr(render_queue, "RESUMABLE", JobOptions(resume=True, segment_frames=30))
+    first = Served([folder], small_gpen)
+    try:
+        failing = json.loads(first.get("/api/render", method="POST", file="0/broken.mov")[1])
+        assert "error" in failing  # refused at once: it cannot be read
+        number = json.loads(first.get("/api/render", method="POST", file="0/talk.mp4", strength="0.5")[1])["id"]
+        deadline = time.monotonic() + 300
+        while next(r for r in json.loads(first.get("/api/renders")[1])["renders"])["done"] < 70:
+            assert time.monotonic() < deadline, "the render did not start"
+            time.sleep(0.05)
+    finally:
+        first.close()  # as Ctrl-C stops the desk: the render is cut off
+    assert not (folder / "talk.restored.mp4").exists()
+    second = Served([folder], small_gpen)
+    try:
+        render = _rendered(second, number)
+    finally:
+        second.close()
+    assert render["state"] == "done" and render["settings"]["strength"] == 0.5
+    assert render["resumed_at"] >= 60  # the finished segments were kept
+    assert len(_frame_times(folder / "talk.restored.mp4")) == 175

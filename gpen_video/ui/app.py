@@ -20,11 +20,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import GpenVideoError, OutsideFolders, error_line
-from .desk import Desk, parse_tracks
+from .desk import Desk, estimated_frames, parse_tracks
 from .library import Library
 
 TOKEN_COOKIE = "gpen_video_token"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+#: Outputs a browser's player may play (whether it can depends on the codec: the page tries).
+PLAYABLE = {".mp4", ".m4v", ".mov", ".webm", ".jpg", ".jpeg", ".png", ".webp"}
 
 
 class TokenRequired(BaseHTTPMiddleware):
@@ -129,6 +131,45 @@ def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
             return JSONResponse({"error": "that preview is no longer kept; ask for it again"}, status_code=404)
         return Response(data, media_type="image/png")
 
+    def render(request: Request) -> Response:
+        """Queue the file with the page's settings (refused at once if one is wrong)."""
+        query = request.query_params
+        try:
+            path = file_of(request)
+            tracks = parse_tracks(query.get("tracks", "all"))
+            numbers = {name: float(query[name]) for name in ("start", "end", "strength", "smooth") if query.get(name)}
+            settings = {"tracks": sorted(tracks) if tracks is not None else None, **numbers,
+                        "mask": query.get("mask", desk.options.mask)}
+            number = desk.queue.add(path, settings, estimated_frames(path))
+        except GpenVideoError as exc:
+            return _error(exc)
+        except ValueError:
+            return JSONResponse({"error": "start, end, strength and smoothing are numbers"}, status_code=400)
+        return JSONResponse({"id": number})
+
+    def renders(request: Request) -> Response:
+        """The queue, the latest first: each render's state, progress and outcome."""
+        shown = []
+        for render in desk.queue.renders():
+            record = render["record"] or {}
+            output = render["output"]
+            shown.append({"id": render["id"], "file": folders.name_of(render["input"]),
+                          "output": folders.name_of(output) if output.exists() else output.name,
+                          "state": render["state"], "done": render["done"], "total": render["total"],
+                          "settings": render["settings"], "error": record.get("error"),
+                          "warnings": record.get("warnings", []), "frames": record.get("frames"),
+                          "faces": record.get("faces"), "seconds": record.get("seconds"),
+                          "resumed_at": record.get("resumed_at_frame"),
+                          "plays": render["state"] == "done" and output.suffix.lower() in PLAYABLE})
+        return JSONResponse({"renders": shown})
+
+    def media(request: Request) -> Response:
+        """A file of the folders as it is, for the page's player (ranges answered)."""
+        try:
+            return FileResponse(file_of(request))
+        except GpenVideoError as exc:
+            return _error(exc)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -140,6 +181,8 @@ def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
     return Starlette(routes=[Route("/", index), Route("/api/library", list_library),
                              Route("/api/thumbnail", thumbnail), Route("/api/survey", survey, methods=["GET", "POST"]),
                              Route("/api/face", face), Route("/api/still", still), Route("/api/picture", picture),
+                             Route("/api/render", render, methods=["POST"]), Route("/api/renders", renders),
+                             Route("/api/media", media),
                              Mount("/static", StaticFiles(directory=_static()), name="static")],
                      middleware=middleware, lifespan=lifespan)
 

@@ -1,5 +1,6 @@
-"""The desk's work on one warm engine: surveys of the clips' faces, and previews of single frames
-restored with the options the editor is trying (strength, mask, smoothing, tracks)."""
+"""The desk's work on one warm engine: surveys of the clips' faces, previews of single frames
+restored with the options the editor is trying (strength, mask, smoothing, tracks), and the
+queue of renders."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import io
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from PIL import Image
@@ -15,19 +17,33 @@ from ..errors import UsageError
 from ..media.images import IMAGE_EXTENSIONS
 from ..media.probe import probe
 from ..media.sheet import Panel
-from ..options import RestoreOptions
+from ..model.downloads import cache_dir
+from ..options import JobOptions, RestoreOptions
 from ..pipeline.engine import Engine
+from ..pipeline.summary import Summary
 from .folders import Folders
+from .queue import RenderQueue
 from .surveys import Survey
 
 #: Previews kept for the page to fetch both pictures of (and to go back to).
 KEPT_STILLS = 8
+#: The render queue's database, under GPEN_VIDEO_HOME.
+QUEUE_FILE = "desk-queue.sqlite"
 
 
 def _version(path: Path) -> tuple[Path, int, int]:
     """A file as it is now: a survey or preview of it holds until it changes."""
     stat = path.stat()
     return path, stat.st_size, stat.st_mtime_ns
+
+
+def estimated_frames(path: Path) -> int | None:
+    """A video's frames for a progress bar: its header's count, else its duration times its rate
+    (Matroska headers count none); None for a photo."""
+    if path.suffix.lower() in IMAGE_EXTENSIONS:
+        return None
+    info = probe(path)
+    return info.frames or (round(info.duration * info.fps) if info.duration else None)
 
 
 def parse_tracks(text: str) -> frozenset[int] | None:
@@ -51,8 +67,17 @@ class Desk:
         self._stills: OrderedDict[str, Panel] = OrderedDict()
         self._lock = threading.Lock()
         self._serial = 0
+        self.queue = RenderQueue(cache_dir() / QUEUE_FILE, options, folders.holds, self._render)
+
+    def _render(self, input: Path, output: Path, options: RestoreOptions, job: JobOptions,
+                on_frame: Callable[[int, int], None]) -> Summary:
+        """One render of the queue: a photo is restored whole whatever the time range."""
+        return self.engine.restore(input, output, job, on_frame, whole_photos=True, options=options)
 
     def close(self) -> None:
+        """Stop the queue; a render still running is cut off and resumes when a desk starts again."""
+        self.queue.close()
+        self.engine.interrupt()
         self.engine.close()
 
     def survey(self, path: Path, start: bool = False) -> Survey | None:
@@ -64,9 +89,8 @@ class Desk:
                 return survey
             if path.suffix.lower() in IMAGE_EXTENSIONS:
                 raise UsageError(f"the survey follows a video's faces over time; {path.name} is a photo")
-            info = probe(path)
-            height, width = info.shown
-            survey = self._surveys[version] = Survey(path, info.frames, height, width)
+            height, width = probe(path).shown
+            survey = self._surveys[version] = Survey(path, estimated_frames(path), height, width)
         threading.Thread(target=survey.run, args=(self.engine, self.options), name=f"survey {path.name}",
                          daemon=True).start()
         return survey

@@ -37,6 +37,11 @@ class Folders:
                 return f"{index}/{resolved.relative_to(root).as_posix()}"
         raise OutsideFolders(f"{path} is outside the desk's folders")
 
+    def holds(self, path: Path) -> bool:
+        """Whether ``path`` lies inside one of the folders."""
+        resolved = path.resolve()
+        return any(resolved.is_relative_to(root) for root in self.roots)
+
     def resolve(self, name: str) -> Path:
         """The path the page's ``name`` stands for, refused unless it stays inside its folder
         (``..``, absolute parts and symlinks that lead out are all caught after resolving)."""

@@ -49,7 +49,7 @@ class Survey:
 
     def __init__(self, path: Path, frames: int | None, height: int, width: int) -> None:
         self.path = path
-        self.total = frames
+        self.total = frames  # an estimate while it runs
         self.height, self.width = height, width
         self.done = 0
         self.state = "running"  # then "done" or "failed"
@@ -69,7 +69,7 @@ class Survey:
             tracked = self.tracked(options.smooth)
             self.cards = _cards(tracked)
             self.picks = {rule: sorted(self._chosen(rule, tracked)) for rule in RULES}
-            self.state = "done"
+            self.total, self.state = self.done, "done"  # the count, where the header's was an estimate
         except GpenVideoError as exc:
             self.error, self.state = error_line(exc), "failed"
         except Exception as exc:  # a bug must not leave the page waiting for ever

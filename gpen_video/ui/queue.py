@@ -1,0 +1,158 @@
+"""The desk's render queue, kept in SQLite under ``GPEN_VIDEO_HOME``: renders run one at a time
+on the desk's engine, each encoded in segments kept beside its output (``--resume``), so that
+after a restart the queue is still there and a render that was cut off goes on from its last
+finished segment. A file that fails is marked with its one line, and the queue goes on."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import GpenVideoError, UsageError, error_line
+from ..options import JobOptions, RestoreOptions
+from ..pipeline.report import file_record
+from ..pipeline.summary import Summary
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS renders (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    input TEXT NOT NULL,
+    output TEXT NOT NULL,
+    settings TEXT NOT NULL,          -- the page's options, as JSON
+    state TEXT NOT NULL,             -- queued, running, done or failed
+    total INTEGER,                   -- the input's frames, where known
+    record TEXT,                     -- the outcome, as --report writes it (JSON)
+    added REAL NOT NULL,
+    finished REAL)"""
+#: The options a render may bring from the page; the others are the desk's (the command's).
+SETTINGS = ("tracks", "start", "end", "strength", "mask", "smooth")
+#: How every render is written: in segments beside its output, which a cut-off render goes on from.
+RESUMABLE = JobOptions(resume=True)
+#: A restored file's name beside its input: ``clip.mp4`` -> ``clip.restored.mp4`` (``-2`` and on if taken).
+RESTORED = "{stem}.restored{number}{suffix}"
+
+Render = Callable[[Path, Path, RestoreOptions, JobOptions, Callable[[int, int], None]], Summary]
+
+
+def output_for(input: Path, taken: set[str]) -> Path:
+    """Where the restored ``input`` goes: beside it, under a name no file or queued render has."""
+    number = 1
+    while True:
+        name = RESTORED.format(stem=input.stem, number=f"-{number}" if number > 1 else "", suffix=input.suffix)
+        candidate = input.with_name(name)
+        if not candidate.exists() and str(candidate) not in taken:
+            return candidate
+        number += 1
+
+
+class RenderQueue:
+    """The queue in ``database``, of the renders whose inputs ``owns`` (this desk's folders),
+    run by ``render`` with the desk's ``options`` and each render's own settings."""
+
+    def __init__(self, database: Path, options: RestoreOptions, owns: Callable[[Path], bool],
+                 render: Render) -> None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        self.options = options
+        self.owns = owns
+        self.render = render
+        self._db = sqlite3.connect(database, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(SCHEMA)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._done: dict[int, int] = {}  # frames written so far, of the render running
+        self._closing = False
+        # A render left running was cut off (the desk stopped): it runs again, from its last segment.
+        self._db.execute("UPDATE renders SET state = 'queued' WHERE state = 'running'")
+        self._thread = threading.Thread(target=self._serve, name="render queue", daemon=True)
+        self._thread.start()
+
+    def options_of(self, settings: dict) -> RestoreOptions:
+        """The desk's options with a render's settings, checked as the command line checks them."""
+        unknown = set(settings) - set(SETTINGS)
+        if unknown:
+            raise UsageError(f"a render takes only {', '.join(SETTINGS)}; not {', '.join(sorted(unknown))}")
+        given = dict(settings)
+        if given.get("tracks") is not None:
+            given["tracks"] = tuple(given["tracks"])
+        return dataclasses.replace(self.options, **given)
+
+    def add(self, input: Path, settings: dict, frames: int | None) -> int:
+        """Queue ``input`` with ``settings`` (checked now, so that a wrong one is refused at once)."""
+        self.options_of(settings)
+        with self._lock:
+            taken = {row[0] for row in self._db.execute("SELECT output FROM renders WHERE state IN ('queued', "
+                                                         "'running')")}
+            output = output_for(input, taken)
+            cursor = self._db.execute(
+                "INSERT INTO renders (input, output, settings, state, total, added) VALUES (?, ?, ?, 'queued', ?, ?)",
+                (str(input), str(output), json.dumps(settings), frames, time.time()))
+            self._wake.notify_all()
+            return int(cursor.lastrowid)
+
+    def renders(self) -> list[dict]:
+        """Every render of this desk's folders, the latest first, with its progress."""
+        rows = self._db.execute("SELECT id, input, output, settings, state, total, record, added, finished "
+                                "FROM renders ORDER BY id DESC").fetchall()
+        found = []
+        for id, input, output, settings, state, total, record, added, finished in rows:
+            if not self.owns(Path(input)):
+                continue
+            outcome = json.loads(record) if record else {}
+            done = self._done.get(id, 0) if state == "running" else outcome.get("frames") or 0
+            found.append({"id": id, "input": Path(input), "output": Path(output), "settings": json.loads(settings),
+                          "state": state, "total": outcome.get("frames") or total, "done": done,
+                          "record": outcome or None, "added": added, "finished": finished})
+        return found
+
+    def close(self) -> None:
+        """Stop taking renders; the one running is left to the caller to interrupt (it resumes next time)."""
+        with self._lock:
+            self._closing = True
+            self._wake.notify_all()
+
+    def _next(self) -> tuple[int, Path, Path, dict] | None:
+        """The oldest queued render of this desk's, marked running; None once the queue closes."""
+        with self._lock:
+            while not self._closing:
+                for id, input, output, settings in self._db.execute(
+                        "SELECT id, input, output, settings FROM renders WHERE state = 'queued' ORDER BY id"):
+                    if self.owns(Path(input)):
+                        self._db.execute("UPDATE renders SET state = 'running' WHERE id = ?", (id,))
+                        self._done[id] = 0
+                        return id, Path(input), Path(output), json.loads(settings)
+                self._wake.wait(timeout=2.0)
+        return None
+
+    def _serve(self) -> None:
+        while (taken := self._next()) is not None:
+            id, input, output, settings = taken
+
+            def count(frames: int, faces: int, id: int = id) -> None:
+                self._done[id] = self._done.get(id, 0) + frames
+
+            try:
+                summary = self.render(input, output, self.options_of(settings), RESUMABLE, count)
+                record, state = file_record(input, output, summary), "done"
+            except GpenVideoError as exc:
+                record, state = file_record(input, output, error=error_line(exc)), "failed"
+            except Exception as exc:  # one file's bug must not stop the others
+                if self._closing:  # cut off by the desk stopping: it goes on next time
+                    return
+                log.exception("rendering %s failed", input)
+                record, state = file_record(input, output, error=f"the render failed: {exc}"), "failed"
+            except KeyboardInterrupt:
+                return
+            if self._closing and state == "failed":
+                return  # interrupted as the desk stopped: left running, resumed next time
+            with self._lock:
+                self._db.execute("UPDATE renders SET state = ?, record = ?, finished = ? WHERE id = ?",
+                                 (state, json.dumps(record), time.time(), id))
+                self._done.pop(id, None)
