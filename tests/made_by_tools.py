@@ -36,7 +36,7 @@ def tool(name: str) -> str:
     if path is None:
         unpackaged = os.environ.get("GPEN_VIDEO_UNPACKAGED_TOOLS", "").split()
         message = (f"{name} is not installed (Debian packages: ffmpeg, mkvtoolnix, gpac, libimage-exiftool-perl, "
-                   f"libheif-examples)")
+                   f"libheif-examples, chromium, chromium-driver)")
         if REQUIRE_SHARED and name not in unpackaged:
             pytest.fail(message)
         pytest.skip(message + ("; this system has no package for it" if name in unpackaged else ""))

@@ -94,7 +94,9 @@ def probe(path: str | Path) -> VideoInfo:
         matrix = display_matrix(first)
         turned = Orientation.of_matrix(matrix).transpose
         width, height = (first.height, first.width) if turned else (first.width, first.height)
-        duration = float(stream.duration * stream.time_base) if stream.duration else None
+        # Matroska and WebM give the length only for the whole file (FFmpeg's header, no per-stream one).
+        duration = (float(stream.duration * stream.time_base) if stream.duration
+                    else float(container.duration) / 1e6 if container.duration else None)
         fields = FieldOrder.of(stream, first)
         captions = first.side_data.get(av.sidedata.sidedata.Type.A53_CC) is not None
         carried = frozenset(kind for kind in CARRIED_SIDE_DATA if first.side_data.get(kind) is not None)
