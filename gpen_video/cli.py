@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import difflib
 import logging
 import os
-import re
 import signal
 import sys
-import textwrap
 import time
-import typing
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import GpenVideoError, UsageError, error_line
-from .options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
-from .values import Range
+from .flags import HelpFormatter, Parser, add_option_flags, options_of
+from .options import BatchOptions, JobOptions, RestoreOptions
 
 STARTED = time.perf_counter()  # start-up is reported from here: the heavy imports come later, in functions
 
@@ -87,67 +82,14 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-_METAVARS = {Path: "PATH", int: "N", float: "X", str: "NAME"}
 USAGE = """gpen-video [options] INPUT OUTPUT
        gpen-video [options] INPUT... OUTDIR
        gpen-video [options] INPUT --detect-only"""
 
 
-def _help_of(spec: dataclasses.Field, choices: tuple[str, ...] | None) -> str:
-    """The field's help with its choices, its default (where the text does not say it already)
-    and its allowed range: every option says what it takes and what it is when not given."""
-    meta = spec.metadata
-    notes = [f"one of {', '.join(choices)}"] if choices else []
-    if isinstance(meta["check"], Range):
-        notes.append(meta["check"].describe())
-    if spec.default is not None and spec.default is not False and "default" not in meta["help"]:
-        notes.append(f"default: {spec.default}")
-    return meta["help"] + (f" ({'; '.join(notes)})" if notes else "")
-
-
-def add_option_flags(parser: argparse.ArgumentParser, groups: dict[str, argparse._ArgumentGroup], owner: type) -> None:
-    """One flag per field of ``owner`` (options.py), with its help, type, choices and default."""
-    for spec in dataclasses.fields(owner):
-        meta = spec.metadata
-        group = groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
-        kind = value_type(owner, spec)
-        settings: dict = {"dest": spec.name, "default": spec.default,
-                          "help": _help_of(spec, meta["choices"] if kind is not bool else None)}
-        if kind is bool:
-            settings["action"] = "store_true"
-        else:
-            settings["type"] = meta["parse"] or kind
-            settings["choices"] = meta["choices"]
-            settings["metavar"] = meta["metavar"] or _METAVARS.get(kind, "VALUE")
-        group.add_argument(flag_of(spec), **settings)
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Help lines wrapped between words only: a model name such as GPEN-BFR-512 stays whole."""
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, without abbreviations (``--strengt`` is not ``--strength``), and with one line
-    for an unknown option, naming the nearest known one."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
-        if unknown:
-            flags = [a for a in unknown.group(1).split() if a.startswith("-")]
-            known = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
-            if flags:
-                near = difflib.get_close_matches(flags[0].split("=")[0], known, n=1)
-                hint = f"; did you mean {near[0]}?" if near else "; gpen-video --help lists the options"
-                self.exit(2, f"gpen-video: error: unknown option {flags[0]}{hint}\n")
-        super().error(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="gpen-video", usage=USAGE, epilog=EXAMPLES, formatter_class=_HelpFormatter,
+    p = Parser(
+        prog="gpen-video", usage=USAGE, epilog=EXAMPLES, formatter_class=HelpFormatter,
         allow_abbrev=False,
         description="Restore the faces in a video (or photo) with GPEN; everything else is kept.")
     p.add_argument("paths", nargs="*", metavar="INPUT ... OUTPUT",
@@ -173,12 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
                             "--detector's, ParseNet's with --mask parse), say where each is, and stop: readies a "
                             "machine that will run offline. Set GPEN_VIDEO_WEIGHTS_URL to fetch from a mirror")
     return p
-
-
-def options_of(args: argparse.Namespace) -> tuple[RestoreOptions, JobOptions, BatchOptions]:
-    """The options the parsed flags set, checked (a bad value is a UsageError)."""
-    return tuple(owner(**{f.name: getattr(args, f.name) for f in dataclasses.fields(owner)})
-                 for owner in (RestoreOptions, JobOptions, BatchOptions))
 
 
 def is_batch(paths: list[str]) -> bool:

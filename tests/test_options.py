@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpen_video import api, cli
+from gpen_video import api, cli, flags
 from gpen_video.errors import UsageError
 from gpen_video.options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
 
@@ -54,7 +54,7 @@ def test_every_field_is_a_flag_that_sets_it_and_nothing_else(owner):
         needed = NEEDS.get(spec.name, {})  # the option it only works with, set too
         extra = [w for name, v in needed.items() for w in (f"--{name.replace('_', '-')}", v)]
         args = cli.build_parser().parse_args(["in.mp4", "out.mp4", flag_of(spec), *words, *extra])
-        options = dict(zip(OWNERS, cli.options_of(args)))
+        options = dict(zip(OWNERS, flags.options_of(args)))
         assert getattr(options[owner], spec.name) == value, spec.name
         assert options[owner] == dataclasses.replace(owner(), **{spec.name: value, **needed}), spec.name
         for other in OWNERS:

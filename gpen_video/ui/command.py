@@ -7,8 +7,9 @@ import dataclasses
 import secrets
 import sys
 
-from ..cli import add_option_flags, configure_logging
+from ..cli import configure_logging
 from ..errors import GpenVideoError, error_line
+from ..flags import add_option_flags
 from ..options import RestoreOptions
 from .app import LOOPBACK, create_app
 from .desk import Desk
