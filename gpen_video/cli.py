@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import GpenVideoError, UsageError, error_line
-from .flags import HelpFormatter, Parser, add_option_flags, options_of
+from .flags import HelpFormatter, Parser, add_option_flags, add_settings_flag, options_of, parse_with_settings
 from .options import BatchOptions, JobOptions, RestoreOptions
 
 STARTED = time.perf_counter()  # start-up is reported from here: the heavy imports come later, in functions
@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups: dict[str, argparse._ArgumentGroup] = {}
     for owner in (RestoreOptions, JobOptions, BatchOptions):
         add_option_flags(p, groups, owner)
+    add_settings_flag(groups["faces"])
     run = groups.setdefault("output", p.add_argument_group("output"))
     run.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     run.add_argument("--verbose", action="store_true", help="the summary also says which decoder ran, where the "
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)  # usage errors (exit 2) and --help before any file is read
+    args = parse_with_settings(parser, argv)  # usage errors (exit 2) and --help before any file is read
     configure_logging(args.quiet)
     if args.fetch_weights:
         return _fetch_weights(parser, args)

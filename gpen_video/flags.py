@@ -12,6 +12,7 @@ import textwrap
 import typing
 from pathlib import Path
 
+from .errors import UsageError
 from .options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
 from .values import Range
 
@@ -74,3 +75,24 @@ def options_of(args: argparse.Namespace) -> tuple[RestoreOptions, JobOptions, Ba
     """The options the parsed flags set, checked (a bad value is a UsageError)."""
     return tuple(owner(**{f.name: getattr(args, f.name) for f in dataclasses.fields(owner)})
                  for owner in (RestoreOptions, JobOptions, BatchOptions))
+
+
+def add_settings_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--settings", metavar="NAME",
+                        help="start from the options saved under NAME from the desk's page (gpen-video ui); the "
+                             "flags given here win")
+
+
+def parse_with_settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The flags of ``argv``; with ``--settings NAME``, over the values saved as NAME instead of
+    the defaults. A name that was never saved is a usage error, of one line."""
+    args = parser.parse_args(argv)
+    if args.settings is not None:
+        from .settings import load_settings
+
+        try:
+            parser.set_defaults(**load_settings(args.settings))
+        except UsageError as exc:
+            parser.exit(2, f"gpen-video: error: {exc}\n")
+        args = parser.parse_args(argv)
+    return args

@@ -25,10 +25,13 @@ import pytest
 uvicorn = pytest.importorskip("uvicorn", reason="the desk is an extra: pip install -e '.[ui]'")
 from PIL import Image  # noqa: E402
 
+from gpen_video import cli  # noqa: E402
 from gpen_video.errors import UsageError  # noqa: E402
+from gpen_video.flags import options_of, parse_with_settings  # noqa: E402
 from gpen_video.options import JobOptions, RestoreOptions  # noqa: E402
 from gpen_video.pipeline.engine import Engine  # noqa: E402
 from gpen_video.ui import queue as render_queue  # noqa: E402
+from gpen_video.ui import watch as watch_folder  # noqa: E402
 from gpen_video.ui.app import create_app  # noqa: E402
 from gpen_video.ui.desk import Desk  # noqa: E402
 from gpen_video.ui.folders import Folders  # noqa: E402
@@ -66,10 +69,11 @@ def home(tmp_path: Path, monkeypatch) -> Path:
 class Served:
     """A desk served on a thread of this process, as ``gpen-video ui`` serves it."""
 
-    def __init__(self, folders: list[Path], weights: Path, host: str = "127.0.0.1", token: str | None = None) -> None:
+    def __init__(self, folders: list[Path], weights: Path, host: str = "127.0.0.1", token: str | None = None,
+                 watch: tuple[Path, Path, dict] | None = None) -> None:
         self.port = _free_port()
-        config = uvicorn.Config(create_app(Desk(Folders.of(folders), _options(weights)), host, token), host=host,
-                                port=self.port, log_level="warning")
+        desk = Desk(Folders.of([*folders, *(watch[:2] if watch else ())]), _options(weights), watch)
+        config = uvicorn.Config(create_app(desk, host, token), host=host, port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -338,3 +342,59 @@ def test_the_queue_outlives_the_desk_and_a_cut_off_render_goes_on_from_its_last_
     assert render["state"] == "done" and render["settings"]["strength"] == 0.5
     assert render["resumed_at"] >= 60  # the finished segments were kept
     assert len(_frame_times(folder / "talk.restored.mp4")) == 175
+
+
+def test_settings_saved_from_the_page_are_the_command_lines_too(desk, tmp_path):
+    status, body, _ = desk.get("/api/settings", method="POST", name="soft skin", strength="0.5", mask="box",
+                               smooth="2")
+    assert status == 200 and json.loads(body)["saved"] == {"soft skin": {"strength": 0.5, "mask": "box", "smooth": 2.0}}
+    for name, strength, expected in (("../escape", "1", "settings names"), ("bad", "7", "--strength")):
+        status, body, _ = desk.get("/api/settings", method="POST", name=name, strength=strength)
+        assert status == 400 and expected in json.loads(body)["error"]
+    parser = cli.build_parser()
+    options, _, _ = options_of(parse_with_settings(parser, ["in.mp4", "out.mp4", "--settings", "soft skin"]))
+    assert (options.strength, options.mask, options.smooth) == (0.5, "box", 2.0)
+    options, _, _ = options_of(parse_with_settings(cli.build_parser(), ["in.mp4", "out.mp4", "--settings",
+                                                                       "soft skin", "--strength", "0.8"]))
+    assert (options.strength, options.smooth) == (0.8, 2.0)  # a flag given wins
+    run = subprocess.run([sys.executable, "-m", "gpen_video", "in.mp4", "out.mp4", "--settings", "harsh"],
+                         capture_output=True, text=True, timeout=60, env=os.environ)
+    assert run.returncode == 2
+    assert run.stderr.strip() == "gpen-video: error: no settings are saved as 'harsh' (saved: soft skin)"
+
+
+def test_a_watch_folder_takes_each_file_once_whole_and_a_broken_one_costs_only_itself(tmp_path, small_gpen,
+                                                                                       monkeypatch):
+    monkeypatch.setattr(watch_folder, "STEADY", 1.0)
+    inbox, outbox = tmp_path / "in", tmp_path / "out"
+    inbox.mkdir()
+    outbox.mkdir()
+    clip = tmp_path / "short.mp4"
+    ffmpeg("-i", shared_file(VIDEO), "-t", "1", "-c", "copy", clip)
+    served = Served([], small_gpen, watch=(inbox, outbox, {"strength": 0.5}))
+    try:
+        (inbox / "broken.mov").write_bytes(b"not a video at all")
+        data = clip.read_bytes()
+        with open(inbox / "slow.mp4", "wb") as copy:  # copied slowly, as over a network
+            for start in range(0, len(data), len(data) // 4 + 1):
+                copy.write(data[start : start + len(data) // 4 + 1])
+                copy.flush()
+                time.sleep(0.6)
+        deadline = time.monotonic() + 300
+        while True:
+            renders = json.loads(served.get("/api/renders")[1])["renders"]
+            if len(renders) == 2 and all(r["state"] in ("done", "failed") for r in renders):
+                break
+            assert time.monotonic() < deadline, renders
+            time.sleep(0.2)
+        time.sleep(2.5)  # more looks at the folder: nothing is taken twice
+        renders = {r["file"].split("/", 1)[1]: r for r in json.loads(served.get("/api/renders")[1])["renders"]}
+    finally:
+        served.close()
+    assert sorted(renders) == ["broken.mov", "slow.mp4"]
+    assert renders["broken.mov"]["state"] == "failed" and "\n" not in renders["broken.mov"]["error"]
+    slow = renders["slow.mp4"]
+    assert slow["state"] == "done" and slow["settings"] == {"strength": 0.5}, slow
+    assert _frame_times(outbox / "slow.mp4") == _frame_times(clip)
+    assert _packets(outbox / "slow.mp4", "audio") == _packets(clip, "audio")
+    assert sorted(p.name for p in outbox.iterdir() if not p.name.startswith(".")) == ["slow.mp4"]

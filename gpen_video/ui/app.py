@@ -20,8 +20,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import GpenVideoError, OutsideFolders, error_line
-from .desk import Desk, estimated_frames, parse_tracks
-from .library import Library
+from ..settings import load_settings, save_settings, saved_settings
+from .desk import Desk, parse_tracks
+from .library import Library, estimated_frames
 
 TOKEN_COOKIE = "gpen_video_token"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -170,6 +171,19 @@ def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
         except GpenVideoError as exc:
             return _error(exc)
 
+    def settings(request: Request) -> Response:
+        """GET: the settings saved so far; POST: the page's strength, mask and smoothing saved as ``name``."""
+        query = request.query_params
+        try:
+            if request.method == "POST":
+                values = desk.options_for(query.get("strength", "1"), query.get("mask", "box"),
+                                          query.get("smooth", "1"))
+                save_settings(query.get("name", ""), {name: getattr(values, name)
+                                                      for name in ("strength", "mask", "smooth")})
+            return JSONResponse({"saved": {name: load_settings(name) for name in saved_settings()}})
+        except GpenVideoError as exc:
+            return _error(exc)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -182,7 +196,7 @@ def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
                              Route("/api/thumbnail", thumbnail), Route("/api/survey", survey, methods=["GET", "POST"]),
                              Route("/api/face", face), Route("/api/still", still), Route("/api/picture", picture),
                              Route("/api/render", render, methods=["POST"]), Route("/api/renders", renders),
-                             Route("/api/media", media),
+                             Route("/api/media", media), Route("/api/settings", settings, methods=["GET", "POST"]),
                              Mount("/static", StaticFiles(directory=_static()), name="static")],
                      middleware=middleware, lifespan=lifespan)
 

@@ -6,11 +6,13 @@ import argparse
 import dataclasses
 import secrets
 import sys
+from pathlib import Path
 
 from ..cli import configure_logging
 from ..errors import GpenVideoError, error_line
-from ..flags import add_option_flags
+from ..flags import add_option_flags, add_settings_flag, parse_with_settings
 from ..options import RestoreOptions
+from ..settings import load_settings
 from .app import LOOPBACK, create_app
 from .desk import Desk
 from .folders import Folders
@@ -24,7 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpen-video ui", allow_abbrev=False,
         description="An editor's desk in the browser over the videos and photos in FOLDERs: it reads and "
                     "writes only inside them.")
-    parser.add_argument("folders", nargs="+", metavar="FOLDER")
+    parser.add_argument("folders", nargs="*", metavar="FOLDER")
+    watch = parser.add_argument_group("watch folder")
+    watch.add_argument("--watch", type=Path, metavar="IN",
+                       help="restore every video and photo that appears in IN, once whole, into --into (both are "
+                            "folders of the desk); with --settings, as saved under that name")
+    watch.add_argument("--into", type=Path, metavar="OUT", help="where --watch writes, under each file's own name")
+    add_settings_flag(watch)
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to listen on (default {DEFAULT_HOST}: this machine only; any other "
                              "address asks every visitor for the token printed at start)")
@@ -34,10 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parse_with_settings(parser, argv)
+    if (args.watch is None) != (args.into is None):
+        parser.error("--watch IN and --into OUT go together")
+    if not args.folders and args.watch is None:
+        parser.error("give the folders whose videos and photos the desk shows")
     try:
-        folders = Folders.of(args.folders)
+        watched = [args.watch, args.into] if args.watch is not None else []
+        folders = Folders.of([*args.folders, *watched])
         options = RestoreOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RestoreOptions)})
+        saved = load_settings(args.settings) if args.settings is not None else {}
     except GpenVideoError as exc:
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
         return 1
@@ -45,9 +60,13 @@ def main(argv: list[str]) -> int:
 
     configure_logging(quiet=False)
     token = None if args.host in LOOPBACK else secrets.token_urlsafe(24)
-    app = create_app(Desk(folders, options), args.host, token)
+    watch = (args.watch.resolve(), args.into.resolve(), saved) if watched else None
+    app = create_app(Desk(folders, options, watch), args.host, token)
     address = f"[{args.host}]" if ":" in args.host else args.host
     print(f"gpen-video: the desk is at http://{address}:{args.port}/" + (f"?token={token}" if token else ""),
           file=sys.stderr, flush=True)
+    if watch is not None:
+        print(f"gpen-video: restoring what appears in {watch[0]} into {watch[1]}"
+              + (f" with the settings {args.settings!r}" if args.settings else ""), file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -22,28 +22,23 @@ from ..options import JobOptions, RestoreOptions
 from ..pipeline.engine import Engine
 from ..pipeline.summary import Summary
 from .folders import Folders
+from .library import estimated_frames
 from .queue import RenderQueue
 from .surveys import Survey
+from .watch import WatchFolder
 
 #: Previews kept for the page to fetch both pictures of (and to go back to).
 KEPT_STILLS = 8
 #: The render queue's database, under GPEN_VIDEO_HOME.
 QUEUE_FILE = "desk-queue.sqlite"
+#: A watch folder: files appearing in the first folder are restored into the second with the settings.
+Watch = tuple[Path, Path, dict]
 
 
 def _version(path: Path) -> tuple[Path, int, int]:
     """A file as it is now: a survey or preview of it holds until it changes."""
     stat = path.stat()
     return path, stat.st_size, stat.st_mtime_ns
-
-
-def estimated_frames(path: Path) -> int | None:
-    """A video's frames for a progress bar: its header's count, else its duration times its rate
-    (Matroska headers count none); None for a photo."""
-    if path.suffix.lower() in IMAGE_EXTENSIONS:
-        return None
-    info = probe(path)
-    return info.frames or (round(info.duration * info.fps) if info.duration else None)
 
 
 def parse_tracks(text: str) -> frozenset[int] | None:
@@ -59,7 +54,7 @@ def parse_tracks(text: str) -> frozenset[int] | None:
 class Desk:
     """One engine of ``options`` (the command's), serving every page that reaches the desk."""
 
-    def __init__(self, folders: Folders, options: RestoreOptions) -> None:
+    def __init__(self, folders: Folders, options: RestoreOptions, watch: Watch | None = None) -> None:
         self.folders = folders
         self.options = options
         self.engine = Engine(options, progress=False)
@@ -68,6 +63,7 @@ class Desk:
         self._lock = threading.Lock()
         self._serial = 0
         self.queue = RenderQueue(cache_dir() / QUEUE_FILE, options, folders.holds, self._render)
+        self.watching = WatchFolder(*watch, self.queue) if watch is not None else None
 
     def _render(self, input: Path, output: Path, options: RestoreOptions, job: JobOptions,
                 on_frame: Callable[[int, int], None]) -> Summary:
@@ -76,6 +72,8 @@ class Desk:
 
     def close(self) -> None:
         """Stop the queue; a render still running is cut off and resumes when a desk starts again."""
+        if self.watching is not None:
+            self.watching.close()
         self.queue.close()
         self.engine.interrupt()
         self.engine.close()

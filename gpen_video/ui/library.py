@@ -103,3 +103,12 @@ class Library:
         with self._lock:
             self._thumbnails[version] = out.getvalue()
         return out.getvalue()
+
+
+def estimated_frames(path: Path) -> int | None:
+    """A video's frames for a progress bar: its header's count, else its duration times its rate
+    (Matroska headers count none); None for a photo."""
+    if path.suffix.lower() in IMAGE_EXTENSIONS:
+        return None
+    info = probe(path)
+    return info.frames or (round(info.duration * info.fps) if info.duration else None)

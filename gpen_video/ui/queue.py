@@ -18,6 +18,7 @@ from ..errors import GpenVideoError, UsageError, error_line
 from ..options import JobOptions, RestoreOptions
 from ..pipeline.report import file_record
 from ..pipeline.summary import Summary
+from ..settings import PER_CLIP, SAVABLE
 
 log = logging.getLogger(__name__)
 
@@ -30,23 +31,27 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS renders (
     total INTEGER,                   -- the input's frames, where known
     record TEXT,                     -- the outcome, as --report writes it (JSON)
     added REAL NOT NULL,
-    finished REAL)"""
-#: The options a render may bring from the page; the others are the desk's (the command's).
-SETTINGS = ("tracks", "start", "end", "strength", "mask", "smooth")
+    finished REAL);
+CREATE TABLE IF NOT EXISTS watched (   -- a watch folder's files, each version taken once
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    modified INTEGER NOT NULL,
+    PRIMARY KEY (path, size, modified))"""
+#: The options a render may bring (the page's, or saved settings); the others are the desk's (the command's).
+SETTINGS = SAVABLE + PER_CLIP
 #: How every render is written: in segments beside its output, which a cut-off render goes on from.
 RESUMABLE = JobOptions(resume=True)
 #: A restored file's name beside its input: ``clip.mp4`` -> ``clip.restored.mp4`` (``-2`` and on if taken).
-RESTORED = "{stem}.restored{number}{suffix}"
+RESTORED = "{stem}.restored{suffix}"
 
 Render = Callable[[Path, Path, RestoreOptions, JobOptions, Callable[[int, int], None]], Summary]
 
 
-def output_for(input: Path, taken: set[str]) -> Path:
-    """Where the restored ``input`` goes: beside it, under a name no file or queued render has."""
+def output_for(wanted: Path, taken: set[str]) -> Path:
+    """``wanted``, or where no file or queued render is yet: ``wanted`` numbered ``-2`` and on."""
     number = 1
     while True:
-        name = RESTORED.format(stem=input.stem, number=f"-{number}" if number > 1 else "", suffix=input.suffix)
-        candidate = input.with_name(name)
+        candidate = wanted.with_stem(f"{wanted.stem}-{number}") if number > 1 else wanted
         if not candidate.exists() and str(candidate) not in taken:
             return candidate
         number += 1
@@ -64,7 +69,7 @@ class RenderQueue:
         self.render = render
         self._db = sqlite3.connect(database, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(SCHEMA)
+        self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._done: dict[int, int] = {}  # frames written so far, of the render running
@@ -84,18 +89,38 @@ class RenderQueue:
             given["tracks"] = tuple(given["tracks"])
         return dataclasses.replace(self.options, **given)
 
-    def add(self, input: Path, settings: dict, frames: int | None) -> int:
-        """Queue ``input`` with ``settings`` (checked now, so that a wrong one is refused at once)."""
+    def add(self, input: Path, settings: dict, frames: int | None, into: Path | None = None) -> int:
+        """Queue ``input`` with ``settings`` (checked now, so that a wrong one is refused at once),
+        restored beside it (:data:`RESTORED`), or under its own name into the folder ``into``."""
         self.options_of(settings)
+        wanted = (into / input.name if into is not None
+                  else input.with_name(RESTORED.format(stem=input.stem, suffix=input.suffix)))
         with self._lock:
             taken = {row[0] for row in self._db.execute("SELECT output FROM renders WHERE state IN ('queued', "
                                                          "'running')")}
-            output = output_for(input, taken)
-            cursor = self._db.execute(
-                "INSERT INTO renders (input, output, settings, state, total, added) VALUES (?, ?, ?, 'queued', ?, ?)",
-                (str(input), str(output), json.dumps(settings), frames, time.time()))
-            self._wake.notify_all()
-            return int(cursor.lastrowid)
+            return self._insert(input, output_for(wanted, taken), settings, "queued", frames, None)
+
+    def refuse(self, input: Path, output: Path, settings: dict, error: str) -> int:
+        """A file that could not be queued (a watch folder's unreadable one), listed as failed with its line."""
+        with self._lock:
+            return self._insert(input, output, settings, "failed", None, file_record(input, output, error=error))
+
+    def _insert(self, input: Path, output: Path, settings: dict, state: str, frames: int | None,
+                record: dict | None) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO renders (input, output, settings, state, total, record, added, finished) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (str(input), str(output), json.dumps(settings), state, frames, json.dumps(record) if record else None,
+             time.time(), time.time() if record else None))
+        self._wake.notify_all()
+        return int(cursor.lastrowid)
+
+    def take_once(self, path: Path, size: int, modified: int) -> bool:
+        """Whether this version of a watched file is new (and from now on, taken)."""
+        with self._lock:
+            cursor = self._db.execute("INSERT OR IGNORE INTO watched (path, size, modified) VALUES (?, ?, ?)",
+                                      (str(path), size, modified))
+            return cursor.rowcount == 1
 
     def renders(self) -> list[dict]:
         """Every render of this desk's folders, the latest first, with its progress."""

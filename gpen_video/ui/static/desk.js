@@ -96,6 +96,7 @@ function closeClip() {
   $("library").hidden = false;
   showLibrary();
 showQueue();
+showSettings();
 }
 
 function tracksParam() {
@@ -260,6 +261,42 @@ function pick(rule) {
   preview();
 }
 
+// ---- saved settings -----------------------------------------------------------------------
+
+let savedSettings = {};
+
+async function showSettings(select = "") {
+  savedSettings = (await api("/api/settings")).saved;
+  const options = Object.keys(savedSettings).map((name) => new Option(name, name));
+  $("saved").replaceChildren(new Option("as set here", ""), ...options);
+  $("saved").value = select;
+}
+
+function useSettings() {
+  const values = savedSettings[$("saved").value];
+  if (!values) return;
+  for (const id of ["strength", "smooth"]) {
+    if (values[id] !== undefined) {
+      $(id).value = values[id];
+      $(`${id}-label`).textContent = Number(values[id]).toFixed(2);
+    }
+  }
+  if (values.mask) $("mask").value = values.mask;
+  preview();
+}
+
+async function saveSettings() {
+  const name = window.prompt("Save these settings as");
+  if (!name) return;
+  try {
+    await api("/api/settings", {name, strength: $("strength").value, mask: $("mask").value,
+                                smooth: $("smooth").value}, "POST");
+    await showSettings(name);
+  } catch (error) {
+    showError(error.message);
+  }
+}
+
 // ---- queue --------------------------------------------------------------------------------
 
 async function queueRender() {
@@ -345,6 +382,8 @@ for (const id of ["strength", "smooth"]) {
   $(id).addEventListener("input", () => { $(`${id}-label`).textContent = Number($(id).value).toFixed(2); preview(); });
 }
 $("mask").addEventListener("change", preview);
+$("saved").addEventListener("change", useSettings);
+$("save-settings").addEventListener("click", saveSettings);
 $("view").addEventListener("change", showView);
 $("wipe").addEventListener("input", showView);
 $("zoom-out").addEventListener("click", zoomOut);
@@ -359,3 +398,4 @@ for (const button of document.querySelectorAll("[data-pick]")) {
 
 showLibrary();
 showQueue();
+showSettings();
