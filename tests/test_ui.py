@@ -339,7 +339,7 @@ def test_the_queue_outlives_the_desk_and_a_cut_off_render_goes_on_from_its_last_
         render = _rendered(second, number)
     finally:
         second.close()
-    assert render["state"] == "done" and render["settings"]["strength"] == 0.5
+    assert render["state"] == "done" and render["settings"]["strength"] == 0.5, render
     assert render["resumed_at"] >= 60  # the finished segments were kept
     assert len(_frame_times(folder / "talk.restored.mp4")) == 175
 

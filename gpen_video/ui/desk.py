@@ -74,8 +74,7 @@ class Desk:
         """Stop the queue; a render still running is cut off and resumes when a desk starts again."""
         if self.watching is not None:
             self.watching.close()
-        self.queue.close()
-        self.engine.interrupt()
+        self.queue.close(self.engine.interrupt)
         self.engine.close()
 
     def survey(self, path: Path, start: bool = False) -> Survey | None:

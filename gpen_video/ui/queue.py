@@ -137,11 +137,14 @@ class RenderQueue:
                           "record": outcome or None, "added": added, "finished": finished})
         return found
 
-    def close(self) -> None:
-        """Stop taking renders; the one running is left to the caller to interrupt (it resumes next time)."""
+    def close(self, interrupt: Callable[[], None]) -> None:
+        """Stop taking renders, ``interrupt`` the one running (it goes on when a queue on this
+        database starts again), and wait until it has stopped."""
         with self._lock:
             self._closing = True
             self._wake.notify_all()
+        interrupt()
+        self._thread.join()
 
     def _next(self) -> tuple[int, Path, Path, dict] | None:
         """The oldest queued render of this desk's, marked running; None once the queue closes."""
