@@ -317,6 +317,24 @@ def test_a_render_from_the_desk_keeps_the_clip_and_restores_only_the_chosen_trac
     assert changed_frames >= 20
     status, body, headers = desk.get("/api/media", file="0/hikers.restored.mkv")
     assert status == 200 and body == output.read_bytes()
+    files = {f["name"]: f for f in json.loads(desk.get("/api/library")[1])["files"]}
+    assert files["0/hikers.mkv"]["render"] == "done" and files["0/talk.mp4"]["render"] is None
+
+
+def test_a_photo_previews_and_renders_whole(desk, folder):
+    shown = json.loads(desk.get("/api/still", file="0/stills/two.jpg")[1])
+    decoded, restored = _rgb(desk, shown["decoded"]), _rgb(desk, shown["restored"])
+    with Image.open(shared_file(PHOTO)) as photo:
+        assert decoded.shape[:2] == (photo.height, photo.width)
+    assert len(shown["faces"]) == 2 and all(face["restored"] for face in shown["faces"])
+    assert (decoded != restored).any(axis=2).sum() > 1000
+    shown = json.loads(desk.get("/api/still", file="0/stills/two.jpg", strength="0")[1])
+    assert (_rgb(desk, shown["restored"]) == decoded).all()
+    number = json.loads(desk.get("/api/render", method="POST", file="0/stills/two.jpg", start="1")[1])["id"]
+    render = _rendered(desk, number)  # a time range applies to videos: a photo is restored whole
+    assert render["state"] == "done" and render["output"] == "0/stills/two.restored.jpg" and render["plays"], render
+    with Image.open(folder / "stills" / "two.restored.jpg") as output:
+        assert (output.width, output.height) == decoded.shape[1::-1]
 
 
 def test_the_queue_outlives_the_desk_and_a_cut_off_render_goes_on_from_its_last_segment(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..faces.track import Detections, TrackedFrame
+from ..media.images import IMAGE_EXTENSIONS, read_image
 from ..media.segments import SegmentUnit
 from ..media.sheet import Panel
 from ..media.video_input import VideoInput
@@ -127,15 +128,18 @@ class Engine:
 
     def still(self, input: str | Path, time: float, tracked: list[TrackedFrame] | None = None,
               chosen: frozenset[int] | None = None, options: RestoreOptions | None = None) -> Panel:
-        """The frame of ``input`` (a video) at ``time`` (seconds of its clock; the first frame at or
-        after it), decoded beside restored, in seconds: the desk's preview. ``tracked`` (a clip's
+        """The frame of ``input`` at ``time`` (seconds of a video's clock; the first frame at or
+        after it), or the photo ``input``, decoded beside restored, in seconds: the desk's
+        preview. ``tracked`` (a clip's
         frames as ``FaceTracker.replay`` tracks its recorded detections) gives the frame its
         faces as a render of the whole clip tracks and smooths them, with its track ids; without
         it they are detected on the frame alone. The ``chosen`` tracks (None: all) are restored."""
         options = job_options(self.options, options)
-        video = VideoInput.for_job(Path(input), options, self.decoding_gpu)
+        input = Path(input)
+        reads = (read_image(input) if input.suffix.lower() in IMAGE_EXTENSIONS
+                 else VideoInput.for_job(input, options, self.decoding_gpu))
         known = {frame.time: frame for frame in tracked} if tracked is not None else None
-        return still(video, time, known, chosen, lambda one: self.runner.run(one, options, lambda done, found: None))
+        return still(reads, time, known, chosen, lambda one: self.runner.run(one, options, lambda done, found: None))
 
     def preview(self, input: str | Path, output: str | Path, panels: int, overwrite: bool = False,
                 on_frame: FrameCallback | None = None, options: RestoreOptions | None = None) -> Summary:

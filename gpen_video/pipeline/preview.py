@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..faces.select import KnownTracks, TrackSurvey
 from ..faces.track import FaceTracker, TrackedFrame
 from ..media.frames import SourceFrame
-from ..media.images import ImageWriter, photo_source
+from ..media.images import ImageWriter, Photo, photo_source
 from ..media.seek import SeekReport
 from ..media.sheet import Panel, PanelCapture, contact_sheet
 from ..media.video_input import VideoInput
@@ -41,15 +41,18 @@ def sheet(plan: Plan, writer: Writer, chosen: frozenset[int] | None, survey: Tra
                    time.perf_counter() - started, startup=startup, panels=len(rows))
 
 
-def still(video: VideoInput, time: float, tracked: dict[float, TrackedFrame] | None, chosen: frozenset[int] | None,
-          run: Callable[[Pass], Summary]) -> Panel:
-    """The frame of ``video`` at ``time`` (the first at or after it), decoded beside restored
-    through ``run``, as the desk shows it; its faces as ``tracked`` (see :func:`_restored_alone`)."""
-    (frame,) = video.frames_at([time], SeekReport())
-    return _restored_alone(video, frame, tracked, chosen, run)[0]
+def still(reads: VideoInput | Photo, time: float, tracked: dict[float, TrackedFrame] | None,
+          chosen: frozenset[int] | None, run: Callable[[Pass], Summary]) -> Panel:
+    """The frame of a video at ``time`` (the first at or after it), or a photo, decoded beside
+    restored through ``run``, as the desk shows it; its faces as ``tracked`` (see :func:`_restored_alone`)."""
+    if isinstance(reads, Photo):
+        (frame,) = reads.frames(None, set())
+    else:
+        (frame,) = reads.frames_at([time], SeekReport())
+    return _restored_alone(reads, frame, tracked, chosen, run)[0]
 
 
-def _restored_alone(video: VideoInput, frame: SourceFrame, tracked: dict[float, TrackedFrame] | None,
+def _restored_alone(video: VideoInput | Photo, frame: SourceFrame, tracked: dict[float, TrackedFrame] | None,
                     chosen: frozenset[int] | None, run: Callable[[Pass], Summary]) -> tuple[Panel, Summary]:
     """``frame`` restored in a pass of its own, as a photo (an interlaced frame as its two
     fields): its faces as ``tracked`` gives them by time (a pass over the whole clip: whole-clip

@@ -72,8 +72,13 @@ def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
         return FileResponse(_static() / "index.html")
 
     def list_library(request: Request) -> Response:
-        return JSONResponse({"folders": [str(root) for root in folders.roots],
-                             "files": [entry.as_json() for entry in library.entries()]})
+        """Every file of the folders, with the state of its latest render."""
+        latest: dict[str, str] = {}
+        for render in reversed(desk.queue.renders()):  # oldest first: the latest wins
+            latest[str(render["input"])] = render["state"]
+        files = [entry.as_json() | {"render": latest.get(str(folders.resolve(entry.name)))}
+                 for entry in library.entries()]
+        return JSONResponse({"folders": [str(root) for root in folders.roots], "files": files})
 
     def thumbnail(request: Request) -> Response:
         try:

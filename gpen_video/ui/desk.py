@@ -102,12 +102,10 @@ class Desk:
 
     def still(self, path: Path, time: float, tracks: frozenset[int] | None,
               options: RestoreOptions) -> tuple[str, Panel]:
-        """The frame at ``time`` decoded beside restored with ``options``, restoring ``tracks``
+        """The frame at ``time`` (or a photo) decoded beside restored with ``options``, restoring ``tracks``
         (None: all), kept under the returned key for :meth:`picture`. Where the clip's survey is
         done, its faces are those a render tracks and smooths, under the survey's track ids;
         before, they are detected on the frame alone."""
-        if path.suffix.lower() in IMAGE_EXTENSIONS:
-            raise UsageError(f"the preview shows a video's frames; {path.name} is a photo")
         survey = self.survey(path)
         tracked = survey.tracked(options.smooth) if survey is not None and survey.state == "done" else None
         panel = self.engine.still(path, time, tracked, tracks, options)

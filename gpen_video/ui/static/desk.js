@@ -41,7 +41,9 @@ function fileCard(file) {
   const facts = document.createElement("div");
   facts.className = "facts";
   const size = file.width ? `${file.width}×${file.height}` : "";
-  facts.textContent = [file.kind, size, seconds(file.seconds), megabytes(file.bytes)].filter(Boolean).join(" · ");
+  const rendered = {queued: "queued", running: "rendering", done: "restored", failed: "render failed"}[file.render];
+  facts.textContent = [file.kind, size, seconds(file.seconds), megabytes(file.bytes), rendered].filter(Boolean)
+    .join(" · ");
   item.append(image, name, facts);
   if (file.problem) {
     const problem = document.createElement("div");
@@ -49,7 +51,7 @@ function fileCard(file) {
     problem.textContent = file.problem;
     item.append(problem);
     image.remove();
-  } else if (file.kind === "video") {
+  } else {
     item.tabIndex = 0;
     item.addEventListener("click", () => openClip(file));
     item.addEventListener("keydown", (event) => { if (event.key === "Enter") openClip(file); });
@@ -78,6 +80,7 @@ function openClip(file) {
   $("library").hidden = $("empty").hidden = true;
   $("clip").hidden = $("back").hidden = false;
   $("clip-name").textContent = file.name.slice(file.name.indexOf("/") + 1);
+  $("clip").classList.toggle("photo", file.kind === "photo");  // one picture: no time, no tracks
   $("time").max = file.seconds || 0;
   $("time").value = 0;
   $("cards").replaceChildren();
@@ -86,7 +89,7 @@ function openClip(file) {
   $("render-note").textContent = "";
   showError("");
   showRange();
-  api("/api/survey", {file: file.name}).then(followSurvey, () => {});  // one already made
+  if (file.kind === "video") api("/api/survey", {file: file.name}).then(followSurvey, () => {});  // one already made
   preview();
 }
 
