@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .console import OURS, configure_logging
 from .errors import GpenVideoError, UsageError, error_line
 from .flags import HelpFormatter, Parser, add_option_flags, add_settings_flag, options_of, parse_with_settings
 from .options import BatchOptions, JobOptions, RestoreOptions
@@ -42,29 +42,6 @@ EXAMPLES = """examples:
 weights: the official GPEN models download on first use; their authors release them "for academic
 and non-commercial use only". For other use, pass --weights with weights you may use.
 """
-
-
-#: The tool's own log: its notes and warnings, each a line of its own.
-OURS = logging.getLogger("gpen_video")
-
-
-def configure_logging(quiet: bool) -> None:
-    """The tool's notes (unless ``quiet``) and warnings on stderr, as ``gpen-video: ...`` lines;
-    the libraries' own logs (NVIDIA's video library announces its driver on every run) only when
-    they are errors, and named as theirs."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("gpen-video: %(message)s"))
-    OURS.handlers[:] = [handler]
-    OURS.propagate = False
-    OURS.setLevel(logging.WARNING if quiet else logging.INFO)
-    # Filtered on the handler too: a library may set its own logger's level (NVIDIA's does), and
-    # its records then reach the root's handlers whatever the root's level is.
-    libraries = logging.StreamHandler()
-    libraries.setLevel(logging.ERROR)
-    libraries.setFormatter(logging.Formatter("gpen-video: %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [libraries]
-    root.setLevel(logging.ERROR)
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:

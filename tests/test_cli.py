@@ -170,7 +170,7 @@ def test_image_round_trip_honours_exif(small_gpen, tmp_path):
 
 def test_the_libraries_own_log_lines_stay_out_of_the_output_unless_they_are_errors():
     """NVIDIA's video library logs its driver version on every NVDEC run: not the user's business."""
-    script = ("import logging; from gpen_video.cli import configure_logging; configure_logging(False); "
+    script = ("import logging; from gpen_video.console import configure_logging; configure_logging(False); "
               "logging.getLogger('PyNvVideoCodec').setLevel(logging.INFO); "  # as the library itself does
               "logging.getLogger('PyNvVideoCodec').info('Supported NVENC Driver Version: 208'); "
               "logging.getLogger('PyNvVideoCodec').warning('Using NVENC 13.0 version'); "

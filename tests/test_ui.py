@@ -175,8 +175,8 @@ def test_a_desk_beyond_loopback_asks_every_request_for_its_token(folder, small_g
 
 def test_the_page_and_its_files_are_served_without_anything_from_the_internet(desk):
     status, page, _ = desk.get("/")
-    assert status == 200 and b"/static/desk.js" in page
-    for asset in ("/static/desk.js", "/static/desk.css"):
+    assert status == 200 and b"/static/desk.js" in page and b"/static/queue.js" in page
+    for asset in ("/static/desk.js", "/static/queue.js", "/static/desk.css"):
         status, body, _ = desk.get(asset)
         assert status == 200 and b"http://" not in body and b"https://" not in body
     assert b"https://" not in page and b"http://" not in page

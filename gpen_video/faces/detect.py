@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -42,6 +43,16 @@ class Face:
     @property
     def size(self) -> float:
         return box_size(self.box)
+
+
+class Detections(NamedTuple):
+    """What the tracker is given for one picture: its index and time, its faces as detected and
+    its scene thumbnail."""
+
+    index: int
+    time: float
+    faces: list[Face]
+    thumbnail: np.ndarray
 
 
 def box_size(box: np.ndarray) -> float:

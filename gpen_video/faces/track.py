@@ -10,13 +10,12 @@ import functools
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from .choices import DEFAULT_SMOOTH
-from .detect import Face
+from .detect import Detections, Face
 from .smooth import Smoother
 
 #: Side of the grayscale thumbnail compared for scene cuts: small enough that camera motion and
@@ -35,16 +34,6 @@ class TrackedFace:
     landmarks_raw: np.ndarray  # (5, 2) as detected (or interpolated)
     landmarks: np.ndarray  # (5, 2) smoothed over time
     interpolated: bool
-
-
-class Detections(NamedTuple):
-    """What the tracker is given for one picture: its index and time, its faces as detected and
-    its scene thumbnail."""
-
-    index: int
-    time: float
-    faces: list[Face]
-    thumbnail: np.ndarray
 
 
 @dataclass

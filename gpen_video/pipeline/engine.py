@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..faces.track import Detections, TrackedFrame
+from ..faces.detect import Detections
+from ..faces.track import TrackedFrame
 from ..media.images import IMAGE_EXTENSIONS, read_image
 from ..media.segments import SegmentUnit
 from ..media.sheet import Panel

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import UsageError
+from ..faces.detect import Detections
 from ..faces.select import KnownTracks
-from ..faces.track import Detections, FaceTracker
+from ..faces.track import FaceTracker
 from ..media.containers import CONTAINERS
 from ..media.demux import SeekPoint
 from ..media.images import IMAGE_EXTENSIONS, Photo, read_image

@@ -8,7 +8,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from ..cli import configure_logging
+from ..console import configure_logging
 from ..errors import GpenVideoError, error_line
 from ..flags import add_option_flags, add_settings_flag, parse_with_settings
 from ..options import RestoreOptions

@@ -15,9 +15,9 @@ import numpy as np
 from PIL import Image
 
 from ..errors import GpenVideoError, error_line
-from ..faces.detect import box_size
+from ..faces.detect import Detections, box_size
 from ..faces.select import TrackSurvey
-from ..faces.track import Detections, FaceTracker, TrackedFrame
+from ..faces.track import FaceTracker, TrackedFrame
 from ..media.seek import frames_at
 from ..options import RestoreOptions
 from ..pipeline.engine import Engine
