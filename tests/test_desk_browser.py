@@ -49,7 +49,7 @@ def folder(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("GPEN_VIDEO_HOME", str(tmp_path / "home"))
     root = tmp_path / "clips"
     (root / "stills").mkdir(parents=True)
-    ffmpeg("-i", shared_file(HIKERS), "-t", "3", "-c", "copy", root / "hikers.mkv")
+    ffmpeg("-i", shared_file(HIKERS), "-t", "2", "-c", "copy", root / "hikers.mkv")
     shutil.copy(shared_file(VIDEO), root / "talk.mp4")
     shutil.copy(shared_file(PHOTO), root / "stills" / "two.jpg")
     return root
@@ -100,7 +100,7 @@ def test_an_editor_chooses_a_face_previews_sets_a_range_and_renders_in_the_brows
         track.click()
         assert [int(c.get_attribute("data-track")) for c in browser.find_elements(By.CSS_SELECTOR, ".face.chosen")] \
             == [chosen]
-        scrub_to(1.5)
+        scrub_to(1.0)
         labels = [button.text for button in browser.find_elements(By.CSS_SELECTOR, "#zoom-faces button")]
         assert f"Face {chosen}" in labels
         browser.find_element(By.XPATH, f"//*[@id='zoom-faces']/button[text()='Face {chosen}']").click()
@@ -109,12 +109,12 @@ def test_an_editor_chooses_a_face_previews_sets_a_range_and_renders_in_the_brows
         Select(element("#view")).select_by_value("wipe")
         shot("4-preview-wipe")
 
-        scrub_to(1.0)
+        scrub_to(0.5)
         element("#set-start").click()
-        scrub_to(2.0)
+        scrub_to(1.5)
         element("#set-end").click()
         start, end = (float(x) for x in browser.execute_script("return [clip.start, clip.end]"))
-        assert 1.0 <= start < 1.05 and 2.0 <= end < 2.05
+        assert 0.5 <= start < 0.55 and 1.5 <= end < 1.55
         shot("5-range")
 
         element("#render").click()
@@ -145,4 +145,4 @@ def test_an_editor_chooses_a_face_previews_sets_a_range_and_renders_in_the_brows
             outside = ~plane_region(region, plane_in)
             np.testing.assert_array_equal(plane_out[outside], plane_in[outside], f"frame {record['index']}")
         restored += bool(faces) and bool((after[0] != before[0]).any())
-    assert restored >= 20
+    assert restored >= 15

@@ -103,7 +103,7 @@ def folder(tmp_path: Path) -> Path:
     (root / "stills").mkdir(parents=True)
     (root / ".work").mkdir()
     shutil.copy(shared_file(VIDEO), root / "talk.mp4")
-    ffmpeg("-i", shared_file(HIKERS), "-t", "3", "-c", "copy", root / "hikers.mkv")
+    ffmpeg("-i", shared_file(HIKERS), "-t", "2", "-c", "copy", root / "hikers.mkv")
     shutil.copy(shared_file(PHOTO), root / "stills" / "two.jpg")
     (root / "broken.mov").write_bytes(b"not a video at all")
     shutil.copy(shared_file(VIDEO), root / ".work" / "partial.mp4")
@@ -289,7 +289,7 @@ def test_a_render_from_the_desk_keeps_the_clip_and_restores_only_the_chosen_trac
         desk, folder, small_gpen, tmp_path):
     survey = _surveyed(desk, "0/hikers.mkv")
     track = max(survey["tracks"], key=lambda card: card["frames"])["track"]
-    start, end = 1.0, 2.0
+    start, end = 0.5, 1.5
     status, body, _ = desk.get("/api/render", method="POST", file="0/hikers.mkv", tracks=str(track),
                                start=str(start), end=str(end))
     assert status == 200, body
@@ -314,7 +314,7 @@ def test_a_render_from_the_desk_keeps_the_clip_and_restores_only_the_chosen_trac
             outside = ~plane_region(region, plane_in)
             np.testing.assert_array_equal(plane_out[outside], plane_in[outside], f"frame {record['index']}")
         changed_frames += bool(faces)
-    assert changed_frames >= 20
+    assert changed_frames >= 15
     status, body, headers = desk.get("/api/media", file="0/hikers.restored.mkv")
     assert status == 200 and body == output.read_bytes()
     files = {f["name"]: f for f in json.loads(desk.get("/api/library")[1])["files"]}
@@ -340,26 +340,27 @@ def test_a_photo_previews_and_renders_whole(desk, folder):
 def test_the_queue_outlives_the_desk_and_a_cut_off_render_goes_on_from_its_last_segment(
         folder, small_gpen, monkeypatch):
     monkeypatch.setattr(render_queue, "RESUMABLE", JobOptions(resume=True, segment_frames=30))
+    ffmpeg("-i", folder / "talk.mp4", "-t", "4", "-c", "copy", folder / "short.mp4")
     first = Served([folder], small_gpen)
     try:
         failing = json.loads(first.get("/api/render", method="POST", file="0/broken.mov")[1])
         assert "error" in failing  # refused at once: it cannot be read
-        number = json.loads(first.get("/api/render", method="POST", file="0/talk.mp4", strength="0.5")[1])["id"]
+        number = json.loads(first.get("/api/render", method="POST", file="0/short.mp4", strength="0.5")[1])["id"]
         deadline = time.monotonic() + 300
-        while next(r for r in json.loads(first.get("/api/renders")[1])["renders"])["done"] < 70:
+        while next(r for r in json.loads(first.get("/api/renders")[1])["renders"])["done"] < 45:
             assert time.monotonic() < deadline, "the render did not start"
             time.sleep(0.05)
     finally:
         first.close()  # as Ctrl-C stops the desk: the render is cut off
-    assert not (folder / "talk.restored.mp4").exists()
+    assert not (folder / "short.restored.mp4").exists()
     second = Served([folder], small_gpen)
     try:
         render = _rendered(second, number)
     finally:
         second.close()
     assert render["state"] == "done" and render["settings"]["strength"] == 0.5, render
-    assert render["resumed_at"] >= 60  # the finished segments were kept
-    assert len(_frame_times(folder / "talk.restored.mp4")) == 175
+    assert render["resumed_at"] >= 30  # the finished segments were kept
+    assert _frame_times(folder / "short.restored.mp4") == _frame_times(folder / "short.mp4")
 
 
 def test_settings_saved_from_the_page_are_the_command_lines_too(desk, tmp_path):
