@@ -16,7 +16,7 @@ from gpen_video.errors import UsageError
 from gpen_video.options import BatchOptions, JobOptions, RestoreOptions, flag_of, value_type
 
 #: Options the command line has for itself: they change how it reports, not what is done.
-CLI_ONLY = {"-h", "--help", "--version", "--quiet", "--verbose", "--debug", "--report", "--fetch-weights"}
+CLI_ONLY = {"-h", "--help", "--version", "--quiet", "--verbose", "--debug", "--report", "--fetch-weights", "--settings"}
 OWNERS = (RestoreOptions, JobOptions, BatchOptions)
 #: Options that only work with another, and the value the other gets in the tests.
 NEEDS = {"ray_actors": {"ray": "local"}}
