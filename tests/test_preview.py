@@ -19,6 +19,7 @@ from gpen_video.pipeline.plan import preview_times
 
 from . import corpus
 from .conftest import SMALL_GPEN_SIZE, paste_region, shared_file, write_clip
+from .made_by_tools import ffmpeg
 from .test_preservation import gpen_video
 from .test_select import EVENT
 
@@ -128,3 +129,15 @@ def test_a_photo_has_no_frames_to_preview(small_gpen, tmp_path):
     assert run.returncode == 1 and "--preview samples the frames of a video; whole_two_people.jpg is an image" \
         in run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_matroska_clips_preview_spreads_over_its_length(tmp_path):
+    """FFmpeg's Matroska gives the file's length in its header and no stream's: the preview's
+    frames spread over the whole clip (they once all fell in its first frame's time)."""
+    clip = tmp_path / "cut.mkv"
+    ffmpeg("-i", shared_file("media/videos/talking_head_speech_liveportrait_d20.mp4"), "-t", "2", "-c", "copy", clip)
+    info = probe(clip)
+    assert 2.0 <= info.duration < 2.3  # the file's: its audio may run a little past the last frame
+    times = preview_times(info, None, 4)
+    assert times == pytest.approx(tuple(info.first_time + (k + 0.5) * info.duration / 4 for k in range(4)))
+    assert times[-1] > 1.7
