@@ -186,10 +186,9 @@ def shown_width(width: int, sar: Fraction | None) -> int:
 
 def display_matrix(frame: av.VideoFrame) -> tuple[int, ...] | None:
     """The frame's display matrix (nine 16.16 / 2.30 fixed-point integers), or None."""
-    for side_data in frame.side_data:
-        if side_data.type == av.sidedata.sidedata.Type.DISPLAYMATRIX:
-            return tuple(int(v) for v in np.frombuffer(bytes(side_data), np.int32))
-    return None
+    # Looked up by kind: PyAV 18.1.1 iterates the side data's kinds, where 18.1.0 iterated the data.
+    side_data = frame.side_data.get(av.sidedata.sidedata.Type.DISPLAYMATRIX)
+    return tuple(int(v) for v in np.frombuffer(bytes(side_data), np.int32)) if side_data is not None else None
 
 
 @dataclass(frozen=True)

@@ -38,19 +38,21 @@ class HdrMetadata:
         """From the frame's side data (FFmpeg's AVMasteringDisplayMetadata and
         AVContentLightMetadata), or None when it has neither."""
         fields: dict = {}
-        for side_data in frame.side_data:
-            if side_data.type == _SIDE.MASTERING_DISPLAY_METADATA:
-                v = np.frombuffer(bytes(side_data), np.int32)
-                ratio = [Fraction(int(n), int(d)) if d else Fraction(0) for n, d in zip(v[0:20:2], v[1:20:2])]
-                has_primaries, has_luminance = int(v[20]), int(v[21])
-                if has_primaries:
-                    fields.update(red=tuple(ratio[0:2]), green=tuple(ratio[2:4]), blue=tuple(ratio[4:6]),
-                                  white=tuple(ratio[6:8]))
-                if has_luminance:
-                    fields["luminance"] = (ratio[8], ratio[9])
-            elif side_data.type == _SIDE.CONTENT_LIGHT_LEVEL:
-                max_cll, max_fall = np.frombuffer(bytes(side_data), np.uint32)[:2]
-                fields["light_level"] = (int(max_cll), int(max_fall))
+        # Looked up by kind: PyAV 18.1.1 iterates the side data's kinds, where 18.1.0 iterated the data.
+        mastering = frame.side_data.get(_SIDE.MASTERING_DISPLAY_METADATA)
+        if mastering is not None:
+            v = np.frombuffer(bytes(mastering), np.int32)
+            ratio = [Fraction(int(n), int(d)) if d else Fraction(0) for n, d in zip(v[0:20:2], v[1:20:2])]
+            has_primaries, has_luminance = int(v[20]), int(v[21])
+            if has_primaries:
+                fields.update(red=tuple(ratio[0:2]), green=tuple(ratio[2:4]), blue=tuple(ratio[4:6]),
+                              white=tuple(ratio[6:8]))
+            if has_luminance:
+                fields["luminance"] = (ratio[8], ratio[9])
+        light = frame.side_data.get(_SIDE.CONTENT_LIGHT_LEVEL)
+        if light is not None:
+            max_cll, max_fall = np.frombuffer(bytes(light), np.uint32)[:2]
+            fields["light_level"] = (int(max_cll), int(max_fall))
         return cls(**fields) if fields else None
 
     def describe(self) -> str:
