@@ -119,7 +119,7 @@ def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
             return JSONResponse({"error": "time is a number of seconds"}, status_code=400)
         try:
             path = file_of(request)
-            options = desk.options_for(query.get("strength", "1"), query.get("mask", "box"), query.get("smooth", "1"))
+            options = desk.options_for(query)
             key, panel = desk.still(path, time, parse_tracks(query.get("tracks", "all")), options)
         except GpenVideoError as exc:
             return _error(exc)
@@ -181,8 +181,7 @@ def create_app(desk: Desk, host: str, token: str | None = None) -> Starlette:
         query = request.query_params
         try:
             if request.method == "POST":
-                values = desk.options_for(query.get("strength", "1"), query.get("mask", "box"),
-                                          query.get("smooth", "1"))
+                values = desk.options_for(query)
                 save_settings(query.get("name", ""), {name: getattr(values, name)
                                                       for name in ("strength", "mask", "smooth")})
             return JSONResponse({"saved": {name: load_settings(name) for name in saved_settings()}})

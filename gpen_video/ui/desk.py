@@ -8,7 +8,7 @@ import dataclasses
 import io
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from PIL import Image
@@ -92,13 +92,15 @@ class Desk:
                          daemon=True).start()
         return survey
 
-    def options_for(self, strength: str, mask: str, smooth: str) -> RestoreOptions:
-        """The command's options with the page's strength, mask and smoothing, checked as the CLI checks them."""
+    def options_for(self, given: Mapping[str, str]) -> RestoreOptions:
+        """The command's options with the page's strength, mask and smoothing where ``given``,
+        checked as the CLI checks them."""
         try:
-            numbers = float(strength), float(smooth)
+            numbers = {name: float(given[name]) for name in ("strength", "smooth") if name in given}
         except ValueError:
-            raise UsageError(f"strength and smoothing are numbers: {strength!r}, {smooth!r}") from None
-        return dataclasses.replace(self.options, strength=numbers[0], mask=mask, smooth=numbers[1])
+            raise UsageError(f"strength and smoothing are numbers: {given.get('strength')!r}, "
+                             f"{given.get('smooth')!r}") from None
+        return dataclasses.replace(self.options, **numbers, mask=given.get("mask", self.options.mask))
 
     def still(self, path: Path, time: float, tracks: frozenset[int] | None,
               options: RestoreOptions) -> tuple[str, Panel]:
