@@ -31,9 +31,13 @@ def help_of(spec: dataclasses.Field, choices: tuple[str, ...] | None) -> str:
     return meta["help"] + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def add_option_flags(parser: argparse.ArgumentParser, groups: dict[str, argparse._ArgumentGroup], owner: type) -> None:
-    """One flag per field of ``owner`` (options.py), with its help, type, choices and default."""
+def add_option_flags(parser: argparse.ArgumentParser, groups: dict[str, argparse._ArgumentGroup], owner: type,
+                     leave_out: tuple[str, ...] = ()) -> None:
+    """One flag per field of ``owner`` (options.py), with its help, type, choices and default;
+    none for the fields named in ``leave_out``."""
     for spec in dataclasses.fields(owner):
+        if spec.name in leave_out:
+            continue
         meta = spec.metadata
         group = groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
         kind = value_type(owner, spec)
@@ -66,7 +70,7 @@ class Parser(argparse.ArgumentParser):
             known = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
             if flags:
                 near = difflib.get_close_matches(flags[0].split("=")[0], known, n=1)
-                hint = f"; did you mean {near[0]}?" if near else "; gpen-video --help lists the options"
+                hint = f"; did you mean {near[0]}?" if near else f"; {self.prog} --help lists the options"
                 self.exit(2, f"gpen-video: error: unknown option {flags[0]}{hint}\n")
         super().error(message)
 

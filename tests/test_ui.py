@@ -417,3 +417,13 @@ def test_a_watch_folder_takes_each_file_once_whole_and_a_broken_one_costs_only_i
     assert _frame_times(outbox / "slow.mp4") == _frame_times(clip)
     assert _packets(outbox / "slow.mp4", "audio") == _packets(clip, "audio")
     assert sorted(p.name for p in outbox.iterdir() if not p.name.startswith(".")) == ["slow.mp4"]
+
+
+@pytest.mark.parametrize("flag", ["--start", "--end", "--tracks"])
+def test_a_clips_own_range_and_tracks_are_not_desk_wide_options(tmp_path, flag):
+    """Each clip's range and tracks are chosen on the page: the desk refuses them as defaults for every clip."""
+    run = subprocess.run([sys.executable, "-m", "gpen_video.cli", "ui", str(tmp_path), flag, "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip() == (f"gpen-video: error: {flag} is set for each clip on the desk's page, "
+                                  f"not for the whole desk")

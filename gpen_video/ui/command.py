@@ -10,9 +10,9 @@ from pathlib import Path
 
 from ..console import configure_logging
 from ..errors import GpenVideoError, error_line
-from ..flags import add_option_flags, add_settings_flag, parse_with_settings
-from ..options import RestoreOptions
-from ..settings import load_settings
+from ..flags import Parser, add_option_flags, add_settings_flag, parse_with_settings
+from ..options import RestoreOptions, flag_of
+from ..settings import PER_CLIP, load_settings
 from .app import LOOPBACK, create_app
 from .desk import Desk
 from .folders import Folders
@@ -21,8 +21,17 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 
 
+class _ChosenPerClip(argparse.Action):
+    """A flag of a clip's own (its range, its tracks): refused in one line, as the page sets it for each clip."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option: str | None = None) -> None:
+        parser.exit(2, f"gpen-video: error: {option} is set for each clip on the desk's page, not for the "
+                       f"whole desk\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gpen-video ui", allow_abbrev=False,
         description="An editor's desk in the browser over the videos and photos in FOLDERs: it reads and "
                     "writes only inside them.")
@@ -37,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"address to listen on (default {DEFAULT_HOST}: this machine only; any other "
                              "address asks every visitor for the token printed at start)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    add_option_flags(parser, {}, RestoreOptions)  # the engine's, and the defaults of every preview and render
+    # The engine's, and the defaults of every preview and render; a clip's tracks and range are chosen on the page.
+    add_option_flags(parser, {}, RestoreOptions, leave_out=PER_CLIP)
+    for spec in dataclasses.fields(RestoreOptions):
+        if spec.name in PER_CLIP:
+            parser.add_argument(flag_of(spec), action=_ChosenPerClip, help=argparse.SUPPRESS)
     return parser
 
 
@@ -51,7 +64,8 @@ def main(argv: list[str]) -> int:
     try:
         watched = [args.watch, args.into] if args.watch is not None else []
         folders = Folders.of([*args.folders, *watched])
-        options = RestoreOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RestoreOptions)})
+        options = RestoreOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RestoreOptions)
+                                    if f.name not in PER_CLIP})
         saved = load_settings(args.settings) if args.settings is not None else {}
     except GpenVideoError as exc:
         print(f"gpen-video: error: {error_line(exc)}", file=sys.stderr)
